@@ -1,0 +1,119 @@
+// bench-oracle: cpu_f64 throughput next to the plain dgemm rate of the same
+// machine, measured in the same run, and the peak resident memory.
+#include <fmt/core.h>
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "cli/commands.hpp"
+#include "core/random.hpp"
+#include "core/values.hpp"
+#include "oracles/blas.hpp"
+#include "oracles/cpu_f64.hpp"
+
+namespace flashcheck::cli {
+namespace {
+
+struct BenchOptions {
+  std::int64_t batch = 1, heads = 16, seqlen = 4096, head_dim = 128, rows = 0;
+  int repeats = 3;
+  std::string dtype = "bf16";
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+double peak_rss_mib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+// The machine's dgemm rate with the same threads as the oracle: every thread
+// runs single-threaded dgemm on its own n x n x n product, as the oracle's blocks do.
+double dgemm_gflops(int repeats) {
+  constexpr int n = 1024;
+  const int threads = omp_get_max_threads();
+  use_single_threaded_blas();
+  std::vector<std::vector<double>> a(threads), b(threads), c(threads);
+  for (int t = 0; t < threads; ++t) {
+    CounterRng rng(static_cast<std::uint64_t>(t), 7);
+    a[t].resize(n * n);
+    b[t].resize(n * n);
+    c[t].assign(n * n, 0.0);
+    for (int i = 0; i < n * n; ++i) {
+      a[t][i] = rng.uniform(2 * i) - 0.5;
+      b[t][i] = rng.uniform(2 * i + 1) - 0.5;
+    }
+  }
+  std::vector<double> times;
+  for (int r = 0; r < repeats + 1; ++r) {  // the first is a warm-up
+    const auto start = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads)
+    {
+      const int t = omp_get_thread_num();
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, a[t].data(), n, b[t].data(), n, 0.0,
+                  c[t].data(), n);
+    }
+    if (r > 0) times.push_back(seconds_since(start));
+  }
+  return 2.0 * n * n * n * threads / median(times) / 1e9;
+}
+
+int bench(const BenchOptions& options) {
+  auto dtype = parse_dtype(options.dtype);
+  if (!dtype) throw std::runtime_error(fmt::format("unknown dtype '{}'", options.dtype));
+  Problem problem = make_problem(options.batch, options.heads, options.heads, options.seqlen, options.seqlen,
+                                 options.head_dim, *dtype);
+  validate(problem);
+  fmt::print("bench-oracle: {} threads, problem {}\n", omp_get_max_threads(), to_line(problem));
+  const double dgemm = dgemm_gflops(options.repeats);
+  fmt::print("  dgemm (OpenBLAS single-threaded per thread, n=1024): {:.1f} GFLOP/s\n", dgemm);
+
+  auto start = std::chrono::steady_clock::now();
+  const Inputs inputs = generate_inputs(problem);
+  fmt::print("  inputs generated in {:.2f} s\n", seconds_since(start));
+  const RowSet rows = options.rows > 0 ? sample_rows(problem, options.rows, 1) : all_rows(problem);
+  std::vector<double> times;
+  for (int r = 0; r < options.repeats; ++r) {
+    start = std::chrono::steady_clock::now();
+    const AttentionRows reference = cpu_f64_reference(problem, inputs, rows);
+    times.push_back(seconds_since(start));
+    if (reference.o.empty() && rows.size() > 0) throw std::runtime_error("oracle produced nothing");
+  }
+  // The two products: 2*d FLOPs per (query, key) pair each for Q K^T and P V.
+  const double flops = 4.0 * problem.batch * problem.heads_q * static_cast<double>(rows.size()) * problem.seqlen_kv *
+                       problem.head_dim;
+  const double oracle = flops / median(times) / 1e9;
+  fmt::print("  cpu_f64 on {} row(s) per head: median {:.3f} s of {} -> {:.1f} GFLOP/s = {:.0f}% of dgemm\n",
+             rows.size(), median(times), times.size(), oracle, 100.0 * oracle / dgemm);
+  fmt::print("  peak resident memory: {:.0f} MiB\n", peak_rss_mib());
+  return kExitPass;
+}
+
+}  // namespace
+
+void add_bench_oracle(CLI::App& app, int& exit_code) {
+  auto options = std::make_shared<BenchOptions>();
+  auto* command = app.add_subcommand("bench-oracle", "Time the f64 oracle against the machine's dgemm rate");
+  command->add_option("-b,--batch", options->batch)->capture_default_str();
+  command->add_option("--heads", options->heads)->capture_default_str();
+  command->add_option("-n,--seqlen", options->seqlen, "seqlen_q = seqlen_kv")->capture_default_str();
+  command->add_option("-d,--head-dim", options->head_dim)->capture_default_str();
+  command->add_option("--rows", options->rows, "Sampled query rows per head (0: all)")->capture_default_str();
+  command->add_option("--repeats", options->repeats)->check(CLI::Range(1, 100))->capture_default_str();
+  command->add_option("--dtype", options->dtype)->capture_default_str();
+  command->callback([options, &exit_code] { exit_code = bench(*options); });
+}
+
+}  // namespace flashcheck::cli

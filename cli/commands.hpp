@@ -1,0 +1,18 @@
+// The flashcheck subcommands. Each returns the process exit code:
+// 0 pass, 1 fail, 2 bad input or unsupported.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace flashcheck::cli {
+
+inline constexpr int kExitPass = 0;
+inline constexpr int kExitFail = 1;
+inline constexpr int kExitBadInput = 2;
+
+/// Adds `list` to the app; the returned flag is set when it was chosen.
+void add_list(CLI::App& app, int& exit_code);
+void add_run(CLI::App& app, int& exit_code);
+void add_bench_oracle(CLI::App& app, int& exit_code);
+
+}  // namespace flashcheck::cli

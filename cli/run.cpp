@@ -1,0 +1,161 @@
+#include <fmt/core.h>
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.hpp"
+#include "core/record.hpp"
+#include "core/subject.hpp"
+#include "oracles/judge.hpp"
+
+namespace flashcheck::cli {
+namespace {
+
+struct RunOptions {
+  std::vector<std::string> subjects;
+  std::vector<std::string> problem_lines;
+  std::string problems_file;
+  std::string record_path;
+  std::int64_t max_rows = 1024;
+  bool quiet = false;
+};
+
+std::string format_position(const Position& at) {
+  return at.column < 0 ? fmt::format("(b={}, h={}, row={}, lse)", at.b, at.h, at.row)
+                       : fmt::format("(b={}, h={}, row={}, col={})", at.b, at.h, at.row, at.column);
+}
+
+void print_case(const CaseResult& r) {
+  const auto& s = r.subject_metrics;
+  const auto& base = r.baseline_metrics;
+  fmt::print("rows checked: {} of {} per (batch, head){}   time: subject {:.1f} ms, oracle {:.1f} ms, baseline {:.1f} ms\n",
+             r.rows.size(), r.problem.seqlen_q, r.rows.size() < r.problem.seqlen_q ? " (sampled)" : "", r.subject_ms,
+             r.oracle_ms, r.baseline_ms);
+  fmt::print("  {:<16} {:>11} {:>11} {:>11} {:>7}\n", "vs cpu_f64", "subject",
+             fmt::format("cpu_lowp/{}", to_string(r.baseline_dtype)), "bound", "ratio");
+  for (const auto& c : r.verdict.checks)
+    fmt::print("  {:<16} {:>11.3e} {:>11.3e} {:>11.3e} {:>7.2f}{}\n", c.metric, c.subject, c.baseline, c.bound, c.ratio,
+               c.pass ? "" : "  FAIL");
+  const auto& e = s.o.errors;
+  const auto& be = base.o.errors;
+  fmt::print("  {:<16} {:>11.3e} {:>11.3e}\n", "o.p50", e.p50, be.p50);
+  fmt::print("  {:<16} {:>11.3e} {:>11.3e}\n", "o.p99", e.p99, be.p99);
+  fmt::print("  {:<16} {:>11.3e} {:>11.3e}\n", "o.p99.9", e.p999, be.p999);
+  fmt::print("  {:<16} {:>11.3e} {:>11.3e}\n", "o.normwise_rel", e.normwise_rel, be.normwise_rel);
+  fmt::print("  {:<16} {:>11.2f} {:>11.2f}\n", "o.max_ulp", e.max_ulp, be.max_ulp);
+  fmt::print("  {:<16} {:>11.2f} {:>11.2f}   (|t| > 4: a systematic bias)\n", "o.bias_t", e.bias_t, be.bias_t);
+  const auto& census = s.o.census;
+  fmt::print("  NaN/Inf census: {} (subject {} NaN, {} Inf; oracle {} NaN, {} Inf){}\n",
+             census.mismatches == 0 ? "agrees" : fmt::format("{} position(s) differ", census.mismatches), census.got_nan,
+             census.got_pos_inf + census.got_neg_inf, census.want_nan, census.want_pos_inf + census.want_neg_inf,
+             s.has_lse && s.lse.census.mismatches ? fmt::format("; LSE: {} differ", s.lse.census.mismatches) : "");
+  if (!r.verdict.pass) {
+    const auto total = static_cast<double>(std::max<std::int64_t>(e.count, 1));
+    if (s.o.first_over_bound)
+      fmt::print("  first over bound: {} got {:.6g} want {:.6g}; {} of {} elements over bound ({:.3f}%)\n",
+                 format_position(s.o.first_over_bound->at), s.o.first_over_bound->got, s.o.first_over_bound->want,
+                 s.o.over_bound, e.count, 100.0 * s.o.over_bound / total);
+    if (e.worst)
+      fmt::print("  worst:            {} got {:.6g} want {:.6g} (|err| {:.3e})\n", format_position(e.worst->at),
+                 e.worst->got, e.worst->want, e.worst->abs_error);
+    if (s.has_lse && s.lse.errors.worst)
+      fmt::print("  worst LSE:        {} got {:.6g} want {:.6g}\n", format_position(s.lse.errors.worst->at),
+                 s.lse.errors.worst->got, s.lse.errors.worst->want);
+  }
+  fmt::print("  verdict: {} -- {}\n", r.verdict.pass ? "PASS" : "FAIL", r.verdict.rule);
+}
+
+std::vector<std::pair<std::string, Problem>> read_problems(const RunOptions& options) {
+  std::vector<std::pair<std::string, Problem>> problems;
+  for (const auto& line : options.problem_lines) problems.emplace_back("--problem", parse_problem(line));
+  if (!options.problems_file.empty()) {
+    std::ifstream file(options.problems_file);
+    if (!file) throw std::runtime_error(fmt::format("cannot read problems file '{}'", options.problems_file));
+    std::string line;
+    for (int number = 1; std::getline(file, line); ++number) {
+      const auto first = line.find_first_not_of(" \t\r");
+      if (first == std::string::npos || line[first] == '#') continue;
+      try {
+        problems.emplace_back(fmt::format("{}:{}", options.problems_file, number), parse_problem(line));
+      } catch (const BadInput& error) {
+        throw BadInput(error.field(), fmt::format("{} (at {}:{})", error.reason(), options.problems_file, number));
+      }
+    }
+  }
+  if (problems.empty()) throw std::runtime_error("no problem given: use --problem '<line>' or --problems FILE");
+  return problems;
+}
+
+int run_cases(const RunOptions& options) {
+  const auto problems = read_problems(options);
+  std::vector<Subject*> subjects;
+  bool every_subject = false;
+  for (const auto& name : options.subjects) {
+    if (name == "all") {
+      every_subject = true;
+      for (Subject* subject : Registry::instance().subjects()) subjects.push_back(subject);
+      continue;
+    }
+    Subject* subject = Registry::instance().find(name);
+    if (!subject) throw std::runtime_error(fmt::format("unknown subject '{}' (flashcheck list shows them)", name));
+    subjects.push_back(subject);
+  }
+  std::unique_ptr<RecordWriter> records;
+  if (!options.record_path.empty()) records = std::make_unique<RecordWriter>(options.record_path);
+
+  JudgeOptions judge_options;
+  judge_options.max_rows = options.max_rows;
+  int passed = 0, failed = 0, unsupported = 0;
+  const bool single = problems.size() * subjects.size() == 1;
+  for (const auto& [where, problem] : problems) {
+    for (Subject* subject : subjects) {
+      const CaseResult result = judge(*subject, problem, judge_options);
+      if (records) records->write(to_record(result));
+      if (result.status == Status::unsupported) {
+        ++unsupported;
+        if (single || !every_subject)
+          fmt::print(stderr, "unsupported: {} does not support this problem: {}\n", subject->name(), result.message);
+        continue;
+      }
+      if (!options.quiet || !result.passed()) {
+        fmt::print("\n== {}  {}\n", subject->name(), to_line(problem));
+        if (result.ran()) print_case(result);
+        else fmt::print("  verdict: FAIL -- subject returned {}: {}\n", to_string(result.status), result.message);
+        if (!result.passed()) fmt::print("  replay: {}\n", result.reproducer());
+      } else {
+        fmt::print("PASS  {:<12} {}\n", subject->name(), to_line(problem));
+      }
+      result.passed() ? ++passed : ++failed;
+    }
+  }
+  if (!single)
+    fmt::print("\nsummary: {} case(s): {} pass, {} fail, {} unsupported (skipped){}\n", passed + failed + unsupported,
+               passed, failed, unsupported, records ? fmt::format("; records appended to {}", records->path()) : "");
+  if (failed > 0) return kExitFail;
+  if (unsupported > 0 && !every_subject) return kExitBadInput;
+  if (passed == 0) {
+    fmt::print(stderr, "flashcheck: no case ran: every subject/problem pair was unsupported\n");
+    return kExitBadInput;
+  }
+  return kExitPass;
+}
+
+}  // namespace
+
+void add_run(CLI::App& app, int& exit_code) {
+  auto options = std::make_shared<RunOptions>();
+  auto* command = app.add_subcommand("run", "Run problems on subjects and judge them against the f64 oracle");
+  command->add_option("-s,--subject", options->subjects, "Subject name (repeatable), or 'all'")->required();
+  command->add_option("-p,--problem", options->problem_lines, "A problem line (repeatable)");
+  command->add_option("--problems", options->problems_file, "A file of problem lines ('#' starts a comment)");
+  command->add_option("--record", options->record_path, "Append one JSON record per case to this JSON Lines file");
+  command->add_option("--rows", options->max_rows, "Check every row up to this seqlen_q, else sample this many rows")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))
+      ->capture_default_str();
+  command->add_flag("-q,--quiet", options->quiet, "One line per passing case");
+  command->callback([options, &exit_code] { exit_code = run_cases(*options); });
+}
+
+}  // namespace flashcheck::cli

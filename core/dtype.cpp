@@ -1,0 +1,168 @@
+#include "core/dtype.hpp"
+
+#include <bit>
+#include <cmath>
+#include <limits>
+
+namespace flashcheck {
+namespace {
+
+// A binary floating-point format with `kExpBits` exponent bits and `kManBits`
+// stored fraction bits, IEEE-style (bias, subnormals, Inf/NaN at the top exponent).
+template <int kExpBits, int kManBits>
+struct Format {
+  static constexpr int bias = (1 << (kExpBits - 1)) - 1;
+  static constexpr std::uint32_t exp_all_ones = (1u << kExpBits) - 1;
+  static constexpr std::uint32_t sign_bit = 1u << (kExpBits + kManBits);
+  static constexpr std::uint32_t man_mask = (1u << kManBits) - 1;
+
+  // Round-to-nearest-even encoding straight from the binary64 bits, so that
+  // there is exactly one rounding.
+  static std::uint32_t encode(double x) {
+    const auto bits = std::bit_cast<std::uint64_t>(x);
+    const std::uint32_t sign = (bits >> 63) ? sign_bit : 0;
+    const auto dexp = static_cast<std::int64_t>((bits >> 52) & 0x7FF);
+    const std::uint64_t dman = bits & ((std::uint64_t{1} << 52) - 1);
+    if (dexp == 0x7FF) {
+      if (dman == 0) return sign | (exp_all_ones << kManBits);            // +-Inf
+      return sign | (exp_all_ones << kManBits) | (1u << (kManBits - 1));  // quiet NaN
+    }
+    // Binary64 subnormals (< 2^-1022) are far below half the smallest
+    // subnormal of any narrower format here: they round to a signed zero.
+    if (dexp == 0) return sign;
+    const std::uint64_t significand = dman | (std::uint64_t{1} << 52);  // value = sig * 2^(e - 52)
+    const std::int64_t target_exp = dexp - 1023 + bias;
+    // Low bits of the 53-bit significand that do not fit the target.
+    std::int64_t shift = 52 - kManBits;
+    if (target_exp < 1) shift += 1 - target_exp;  // result is subnormal (or zero)
+    if (shift > 63) return sign;
+    std::uint64_t kept = significand >> shift;
+    const std::uint64_t rest = significand & ((std::uint64_t{1} << shift) - 1);
+    const std::uint64_t half = std::uint64_t{1} << (shift - 1);
+    if (rest > half || (rest == half && (kept & 1))) ++kept;
+    if (target_exp < 1) {
+      // Subnormal: `kept` is the fraction field; a carry into bit kManBits is
+      // exactly the encoding of the smallest normal.
+      return sign | static_cast<std::uint32_t>(kept);
+    }
+    std::int64_t exp_field = target_exp;
+    if (kept >> (kManBits + 1)) {  // the rounding carried into a new binade
+      kept >>= 1;
+      ++exp_field;
+    }
+    if (exp_field >= static_cast<std::int64_t>(exp_all_ones)) return sign | (exp_all_ones << kManBits);
+    return sign | (static_cast<std::uint32_t>(exp_field) << kManBits) |
+           (static_cast<std::uint32_t>(kept) & man_mask);
+  }
+
+  static double decode(std::uint32_t bits) {
+    const bool negative = bits & sign_bit;
+    const std::uint32_t exp_field = (bits >> kManBits) & exp_all_ones;
+    const std::uint32_t fraction = bits & man_mask;
+    double magnitude;
+    if (exp_field == exp_all_ones) {
+      magnitude = fraction ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+    } else if (exp_field == 0) {
+      magnitude = std::ldexp(static_cast<double>(fraction), 1 - bias - kManBits);
+    } else {
+      magnitude = std::ldexp(static_cast<double>(fraction | (1u << kManBits)),
+                             static_cast<int>(exp_field) - bias - kManBits);
+    }
+    return negative ? -magnitude : magnitude;
+  }
+};
+
+using F16 = Format<5, 10>;
+using BF16 = Format<8, 7>;
+
+struct Limits {
+  int precision;  // significand bits including the implicit one
+  int emin;       // exponent of the smallest normal
+  int emax;       // exponent of the largest binade
+};
+
+constexpr Limits limits_of(DType dtype) {
+  switch (dtype) {
+    case DType::f16: return {11, -14, 15};
+    case DType::bf16: return {8, -126, 127};
+    case DType::f32: break;
+  }
+  return {24, -126, 127};
+}
+
+}  // namespace
+
+std::string_view to_string(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "f32";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
+  }
+  return "?";
+}
+
+std::optional<DType> parse_dtype(std::string_view text) {
+  if (text == "f32") return DType::f32;
+  if (text == "f16") return DType::f16;
+  if (text == "bf16") return DType::bf16;
+  return std::nullopt;
+}
+
+int storage_bytes(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
+
+double unit_roundoff(DType dtype) { return std::ldexp(1.0, -limits_of(dtype).precision); }
+
+double max_finite(DType dtype) {
+  const Limits l = limits_of(dtype);
+  return std::ldexp(2.0 - std::ldexp(1.0, 1 - l.precision), l.emax);
+}
+
+double min_normal(DType dtype) { return std::ldexp(1.0, limits_of(dtype).emin); }
+
+double min_subnormal(DType dtype) {
+  const Limits l = limits_of(dtype);
+  return std::ldexp(1.0, l.emin - (l.precision - 1));
+}
+
+double ulp_at(DType dtype, double x) {
+  const Limits l = limits_of(dtype);
+  const double magnitude = std::fabs(x);
+  if (!std::isfinite(magnitude)) return std::numeric_limits<double>::infinity();
+  if (magnitude < min_normal(dtype)) return min_subnormal(dtype);
+  int exponent = 0;
+  std::frexp(magnitude, &exponent);  // magnitude = f * 2^exponent, f in [0.5, 1)
+  const int binade = std::min(exponent - 1, l.emax);
+  return std::ldexp(1.0, binade - (l.precision - 1));
+}
+
+std::uint16_t f16_bits_from_double(double x) { return static_cast<std::uint16_t>(F16::encode(x)); }
+std::uint16_t bf16_bits_from_double(double x) { return static_cast<std::uint16_t>(BF16::encode(x)); }
+double f16_bits_to_double(std::uint16_t bits) { return F16::decode(bits); }
+double bf16_bits_to_double(std::uint16_t bits) { return BF16::decode(bits); }
+
+std::uint16_t half_bits_from_double(DType dtype, double x) {
+  return dtype == DType::bf16 ? bf16_bits_from_double(x) : f16_bits_from_double(x);
+}
+
+double half_bits_to_double(DType dtype, std::uint16_t bits) {
+  return dtype == DType::bf16 ? bf16_bits_to_double(bits) : f16_bits_to_double(bits);
+}
+
+double round_to(DType dtype, double x) {
+  switch (dtype) {
+    case DType::f32: return static_cast<double>(static_cast<float>(x));  // IEEE RNE
+    case DType::f16: return f16_bits_to_double(f16_bits_from_double(x));
+    case DType::bf16: return bf16_bits_to_double(bf16_bits_from_double(x));
+  }
+  return x;
+}
+
+double ulp_distance(DType dtype, double x, double ref) {
+  const double inf = std::numeric_limits<double>::infinity();
+  if (std::isnan(x) || std::isnan(ref)) return (std::isnan(x) && std::isnan(ref)) ? 0.0 : inf;
+  if (std::isinf(x) || std::isinf(ref)) return x == ref ? 0.0 : inf;
+  if ((x < 0 && ref > 0) || (x > 0 && ref < 0)) return inf;
+  return std::fabs(x - ref) / ulp_at(dtype, ref);
+}
+
+}  // namespace flashcheck

@@ -1,0 +1,57 @@
+// Storage types and exact host conversions between f16/bf16 and f32/f64.
+//
+// Every conversion rounds once, to nearest with ties to even, handles
+// subnormals, signed zeros, infinities and NaN, and needs no GPU. The f64 -> f16
+// and f64 -> bf16 paths never pass through f32, so they do not double-round.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace flashcheck {
+
+/// Element type of a tensor as stored in memory.
+enum class DType : std::uint8_t { f32, f16, bf16 };
+
+std::string_view to_string(DType dtype);
+std::optional<DType> parse_dtype(std::string_view text);
+/// Bytes per element in storage.
+int storage_bytes(DType dtype);
+
+/// Unit roundoff u = 2^-p of the format (half the machine epsilon).
+double unit_roundoff(DType dtype);
+/// Largest finite value.
+double max_finite(DType dtype);
+/// Smallest positive normal value.
+double min_normal(DType dtype);
+/// Smallest positive subnormal value.
+double min_subnormal(DType dtype);
+/// Spacing of representable values at |x| (the subnormal spacing below min_normal).
+double ulp_at(DType dtype, double x);
+
+// ---- bit-level conversions -------------------------------------------------
+/// Nearest f16 (IEEE binary16) bit pattern to x; NaN maps to a quiet NaN of the same sign.
+std::uint16_t f16_bits_from_double(double x);
+/// Nearest bf16 bit pattern to x; NaN maps to a quiet NaN of the same sign.
+std::uint16_t bf16_bits_from_double(double x);
+/// Exact value of an f16 bit pattern.
+double f16_bits_to_double(std::uint16_t bits);
+/// Exact value of a bf16 bit pattern.
+double bf16_bits_to_double(std::uint16_t bits);
+
+/// Bit pattern of x in a 16-bit dtype (f16 or bf16).
+std::uint16_t half_bits_from_double(DType dtype, double x);
+/// Exact value of a 16-bit pattern in a 16-bit dtype (f16 or bf16).
+double half_bits_to_double(DType dtype, std::uint16_t bits);
+
+/// x rounded to the nearest value representable in dtype (returned exactly as a double).
+double round_to(DType dtype, double x);
+
+/// Distance between x and the exact value ref in units of the dtype's spacing at
+/// ref (fractional: a correctly rounded x is within 0.5). Opposite non-zero
+/// signs give +inf; NaN against NaN gives 0, NaN against a number +inf.
+double ulp_distance(DType dtype, double x, double ref);
+
+}  // namespace flashcheck

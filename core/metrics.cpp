@@ -1,0 +1,137 @@
+#include "core/metrics.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace flashcheck {
+
+int histogram_bin(double abs_error) {
+  if (abs_error == 0) return 0;
+  if (!(abs_error < 1e4)) return kHistogramBins - 1;  // also Inf and NaN
+  if (abs_error < 1e-16) return 1;
+  const int decade = static_cast<int>(std::floor(std::log10(abs_error)));  // -16..3
+  return std::clamp(decade + 18, 2, kHistogramBins - 2);
+}
+
+double histogram_bin_floor(int bin) {
+  if (bin == 0) return 0;
+  if (bin == 1) return std::numeric_limits<double>::denorm_min();
+  return std::pow(10.0, bin - 18);
+}
+
+namespace {
+
+enum class ValueClass { finite, nan, pos_inf, neg_inf };
+
+ValueClass classify(double x) {
+  if (std::isnan(x)) return ValueClass::nan;
+  if (std::isinf(x)) return x > 0 ? ValueClass::pos_inf : ValueClass::neg_inf;
+  return ValueClass::finite;
+}
+
+// Accumulates one tensor's comparison element by element.
+class Accumulator {
+ public:
+  Accumulator(DType dtype, std::optional<double> bound) : dtype_(dtype), bound_(bound) {}
+
+  void add(const Position& at, double got, double want) {
+    const ValueClass got_class = classify(got), want_class = classify(want);
+    count_class(got_class, metrics_.census.got_nan, metrics_.census.got_pos_inf, metrics_.census.got_neg_inf);
+    count_class(want_class, metrics_.census.want_nan, metrics_.census.want_pos_inf, metrics_.census.want_neg_inf);
+    if (got_class != want_class) {
+      ++metrics_.census.mismatches;
+      if (!metrics_.census.first_mismatch)
+        metrics_.census.first_mismatch = Mismatch{at, got, want, std::numeric_limits<double>::infinity()};
+      return;
+    }
+    if (got_class != ValueClass::finite) return;  // same NaN/Inf class: agreement
+    const double error = got - want;
+    const double abs_error = std::fabs(error);
+    auto& stats = metrics_.errors;
+    ++stats.count;
+    abs_errors_.push_back(abs_error);
+    sum_sq_error_ += error * error;
+    sum_sq_ref_ += want * want;
+    sum_error_ += error;
+    stats.ref_max_abs = std::max(stats.ref_max_abs, std::fabs(want));
+    if (want != 0) stats.max_rel = std::max(stats.max_rel, abs_error / std::fabs(want));
+    stats.max_ulp = std::max(stats.max_ulp, ulp_distance(dtype_, got, want));
+    ++stats.histogram[histogram_bin(abs_error)];
+    if (!stats.worst || abs_error > stats.worst->abs_error) stats.worst = Mismatch{at, got, want, abs_error};
+    if (bound_ && abs_error > *bound_) {
+      ++metrics_.over_bound;
+      if (!metrics_.first_over_bound) metrics_.first_over_bound = Mismatch{at, got, want, abs_error};
+    }
+  }
+
+  TensorMetrics finish() {
+    auto& stats = metrics_.errors;
+    const auto n = static_cast<double>(stats.count);
+    if (stats.count > 0) {
+      stats.max_abs = stats.worst->abs_error;
+      stats.rmse = std::sqrt(sum_sq_error_ / n);
+      stats.ref_rms = std::sqrt(sum_sq_ref_ / n);
+      stats.normwise_rel = sum_sq_ref_ > 0 ? std::sqrt(sum_sq_error_ / sum_sq_ref_)
+                                           : (sum_sq_error_ > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+      stats.mean_signed = sum_error_ / n;
+      if (stats.count > 1) {
+        const double variance = std::max(0.0, (sum_sq_error_ - n * stats.mean_signed * stats.mean_signed) / (n - 1));
+        const double standard_error = std::sqrt(variance / n);
+        stats.bias_t = standard_error > 0 ? stats.mean_signed / standard_error : 0.0;
+      }
+      stats.p50 = percentile(0.5);
+      stats.p99 = percentile(0.99);
+      stats.p999 = percentile(0.999);
+    }
+    return metrics_;
+  }
+
+ private:
+  static void count_class(ValueClass c, std::int64_t& nan, std::int64_t& pos_inf, std::int64_t& neg_inf) {
+    if (c == ValueClass::nan) ++nan;
+    if (c == ValueClass::pos_inf) ++pos_inf;
+    if (c == ValueClass::neg_inf) ++neg_inf;
+  }
+
+  // Nearest-rank percentile.
+  double percentile(double q) {
+    const auto n = abs_errors_.size();
+    const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(n)));
+    const auto index = std::min(n - 1, rank == 0 ? 0 : rank - 1);
+    std::nth_element(abs_errors_.begin(), abs_errors_.begin() + static_cast<std::ptrdiff_t>(index), abs_errors_.end());
+    return abs_errors_[index];
+  }
+
+  DType dtype_;
+  std::optional<double> bound_;
+  TensorMetrics metrics_;
+  std::vector<double> abs_errors_;
+  double sum_sq_error_ = 0, sum_sq_ref_ = 0, sum_error_ = 0;
+};
+
+}  // namespace
+
+CaseMetrics compare(const Problem& p, const AttentionRows& got, const AttentionRows& want, DType out_dtype,
+                    const Bounds& bounds) {
+  Accumulator o(out_dtype, bounds.o), lse(DType::f32, bounds.lse);
+  CaseMetrics metrics;
+  metrics.has_lse = got.has_lse && want.has_lse;
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.heads_q; ++h)
+      for (std::int64_t r = 0; r < want.rows.size(); ++r) {
+        const std::int64_t row = want.rows.rows[r];
+        if (row >= p.len_q(b)) continue;  // padding
+        if (h == 0) ++metrics.rows_compared;
+        const double* got_row = got.o_row(b, h, r);
+        const double* want_row = want.o_row(b, h, r);
+        for (std::int64_t c = 0; c < p.head_dim_v; ++c) o.add({b, h, row, c}, got_row[c], want_row[c]);
+        if (metrics.has_lse) lse.add({b, h, row, -1}, got.lse[got.index(b, h, r)], want.lse[want.index(b, h, r)]);
+      }
+  metrics.rows_compared *= p.heads_q;
+  metrics.o = o.finish();
+  metrics.lse = lse.finish();
+  return metrics;
+}
+
+}  // namespace flashcheck

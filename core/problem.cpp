@@ -1,0 +1,319 @@
+#include "core/problem.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+
+namespace flashcheck {
+namespace {
+
+struct FamilyInfo {
+  ValueFamily family;
+  std::string_view name;
+  std::vector<double> defaults;
+};
+
+const std::vector<FamilyInfo>& families() {
+  static const std::vector<FamilyInfo> table = {
+      {ValueFamily::normal, "normal", {0.5, 1.0}},
+      {ValueFamily::uniform, "uniform", {-1.0, 1.0}},
+      {ValueFamily::heavy, "heavy", {3.0}},
+      {ValueFamily::outliers, "outliers", {0.001, 100.0}},
+      {ValueFamily::sparse_int, "sparse_int", {3.0, 0.25}},
+      {ValueFamily::near_overflow, "near_overflow", {1000.0, 0.5}},
+      {ValueFamily::subnormal, "subnormal", {}},
+      {ValueFamily::ties, "ties", {4.0}},
+      {ValueFamily::dominant, "dominant", {30.0}},
+      {ValueFamily::late_max, "late_max", {64.0, 8.0}},
+      {ValueFamily::nan_inf, "nan_inf", {0.001}},
+  };
+  return table;
+}
+
+const FamilyInfo& info(ValueFamily family) {
+  for (const auto& entry : families())
+    if (entry.family == family) return entry;
+  return families().front();
+}
+
+template <typename T>
+std::optional<T> parse_number(std::string_view text) {
+  T value{};
+  if (text.empty()) return std::nullopt;
+  const char* first = text.data();
+  if constexpr (std::is_integral_v<T>) {
+    if (*first == '+') ++first;
+  }
+  const char* last = text.data() + text.size();
+  auto [end, error] = std::from_chars(first, last, value);
+  if (error != std::errc() || end != last) return std::nullopt;
+  return value;
+}
+
+std::int64_t parse_int(std::string_view field, std::string_view text) {
+  auto value = parse_number<std::int64_t>(text);
+  if (!value) throw BadInput(std::string(field), fmt::format("'{}' is not an integer", text));
+  return *value;
+}
+
+std::uint64_t parse_seed(std::string_view field, std::string_view text) {
+  auto value = parse_number<std::uint64_t>(text);
+  if (!value) throw BadInput(std::string(field), fmt::format("'{}' is not a non-negative integer", text));
+  return *value;
+}
+
+double parse_real(std::string_view field, std::string_view text) {
+  auto value = parse_number<double>(text);
+  if (!value) throw BadInput(std::string(field), fmt::format("'{}' is not a number", text));
+  return *value;
+}
+
+std::vector<std::string_view> split(std::string_view text, char separator) {
+  std::vector<std::string_view> parts;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t at = text.find(separator, start);
+    parts.push_back(text.substr(start, at == std::string_view::npos ? std::string_view::npos : at - start));
+    if (at == std::string_view::npos) break;
+    start = at + 1;
+  }
+  return parts;
+}
+
+std::vector<std::int64_t> parse_int_list(std::string_view field, std::string_view text) {
+  std::vector<std::int64_t> values;
+  for (auto part : split(text, ',')) values.push_back(parse_int(field, part));
+  return values;
+}
+
+ValueDist parse_values(std::string_view text) {
+  const auto open = text.find('(');
+  const std::string_view name = text.substr(0, open);
+  auto family = parse_value_family(name);
+  if (!family) {
+    std::vector<std::string_view> names;
+    for (const auto& entry : families()) names.push_back(entry.name);
+    throw BadInput("values", fmt::format("unknown value distribution '{}' (known: {})", name, fmt::join(names, ", ")));
+  }
+  ValueDist dist{*family, default_params(*family)};
+  if (open == std::string_view::npos) return dist;
+  if (text.back() != ')')
+    throw BadInput("values", fmt::format("'{}' is missing its closing parenthesis", text));
+  const std::string_view inside = text.substr(open + 1, text.size() - open - 2);
+  std::vector<double> params;
+  if (!inside.empty())
+    for (auto part : split(inside, ',')) params.push_back(parse_real("values", part));
+  if (params.size() != dist.params.size())
+    throw BadInput("values", fmt::format("{} takes {} parameter(s), got {}", name, dist.params.size(), params.size()));
+  for (double p : params)
+    if (!std::isfinite(p)) throw BadInput("values", "parameters must be finite");
+  dist.params = std::move(params);
+  return dist;
+}
+
+std::string format_list(const std::vector<std::int64_t>& values) { return fmt::format("{}", fmt::join(values, ",")); }
+
+}  // namespace
+
+std::string_view to_string(ValueFamily family) { return info(family).name; }
+
+std::optional<ValueFamily> parse_value_family(std::string_view text) {
+  for (const auto& entry : families())
+    if (entry.name == text) return entry.family;
+  return std::nullopt;
+}
+
+std::vector<double> default_params(ValueFamily family) { return info(family).defaults; }
+
+std::string to_string(const ValueDist& dist) {
+  return fmt::format("{}({})", to_string(dist.family), fmt::join(dist.params, ","));
+}
+
+std::string_view to_string(Layout layout) { return layout == Layout::bhsd ? "bhsd" : "bshd"; }
+
+std::string_view to_string(MaskKind mask) {
+  switch (mask) {
+    case MaskKind::none: return "none";
+    case MaskKind::causal_tl: return "causal_tl";
+    case MaskKind::causal_br: return "causal_br";
+    case MaskKind::window: return "window";
+  }
+  return "?";
+}
+
+double default_softmax_scale(std::int64_t head_dim) {
+  return head_dim > 0 ? 1.0 / std::sqrt(static_cast<double>(head_dim)) : 1.0;
+}
+
+Problem make_problem(std::int64_t batch, std::int64_t heads_q, std::int64_t heads_kv, std::int64_t seqlen_q,
+                     std::int64_t seqlen_kv, std::int64_t head_dim, DType dtype, MaskKind mask) {
+  Problem p;
+  p.batch = batch;
+  p.heads_q = heads_q;
+  p.heads_kv = heads_kv;
+  p.seqlen_q = seqlen_q;
+  p.seqlen_kv = seqlen_kv;
+  p.head_dim = head_dim;
+  p.head_dim_v = head_dim;
+  p.dtype = dtype;
+  p.mask = mask;
+  p.softmax_scale = default_softmax_scale(head_dim);
+  return p;
+}
+
+double Problem::storage_bytes() const {
+  const double element = flashcheck::storage_bytes(dtype);
+  const double tensors = static_cast<double>(batch) *
+                         (static_cast<double>(heads_q) * seqlen_q * (head_dim + head_dim_v) +
+                          static_cast<double>(heads_kv) * seqlen_kv * (head_dim + head_dim_v));
+  return tensors * element + static_cast<double>(batch) * heads_q * seqlen_q * 4.0;
+}
+
+BadInput::BadInput(std::string field, const std::string& reason)
+    : std::runtime_error(fmt::format("bad problem: {}: {}", field, reason)), field_(std::move(field)), reason_(reason) {}
+
+std::string to_line(const Problem& p) {
+  std::string line = fmt::format("b={} hq={} hkv={} sq={} skv={}", p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_kv);
+  if (!p.lens_q.empty()) line += fmt::format(" lens_q={}", format_list(p.lens_q));
+  if (!p.lens_kv.empty()) line += fmt::format(" lens_kv={}", format_list(p.lens_kv));
+  line += fmt::format(" d={} dv={} dtype={} layout={} mask={}", p.head_dim, p.head_dim_v, to_string(p.dtype),
+                      to_string(p.layout), to_string(p.mask));
+  if (p.mask == MaskKind::window) line += fmt::format(" window={},{}", p.window_left, p.window_right);
+  line += fmt::format(" scale={} values={} gseed={} dseed={}", p.softmax_scale, to_string(p.values), p.geometry_seed,
+                      p.data_seed);
+  return line;
+}
+
+Problem parse_problem(std::string_view line) {
+  std::map<std::string, std::string_view, std::less<>> fields;
+  static const std::set<std::string_view> known = {"b", "hq", "hkv", "sq", "skv", "lens_q", "lens_kv", "d", "dv",
+                                                   "dtype", "layout", "mask", "window", "scale", "values", "gseed",
+                                                   "dseed"};
+  std::size_t position = 0;
+  while (position < line.size()) {
+    while (position < line.size() && std::isspace(static_cast<unsigned char>(line[position]))) ++position;
+    if (position >= line.size()) break;
+    std::size_t end = position;
+    while (end < line.size() && !std::isspace(static_cast<unsigned char>(line[end]))) ++end;
+    const std::string_view token = line.substr(position, end - position);
+    position = end;
+    const auto equals = token.find('=');
+    if (equals == std::string_view::npos)
+      throw BadInput(std::string(token.substr(0, 32)), "expected key=value");
+    const std::string key(token.substr(0, equals));
+    if (!known.count(key)) throw BadInput(key, "unknown field");
+    if (fields.count(key)) throw BadInput(key, "given twice");
+    const std::string_view value = token.substr(equals + 1);
+    if (value.empty()) throw BadInput(key, "has no value");
+    fields[key] = value;
+  }
+  for (std::string_view required : {"b", "hq", "sq", "skv", "d", "dtype"})
+    if (!fields.count(required)) throw BadInput(std::string(required), "missing (the line may be truncated)");
+
+  Problem p;
+  p.batch = parse_int("b", fields["b"]);
+  p.heads_q = parse_int("hq", fields["hq"]);
+  p.heads_kv = fields.count("hkv") ? parse_int("hkv", fields["hkv"]) : p.heads_q;
+  p.seqlen_q = parse_int("sq", fields["sq"]);
+  p.seqlen_kv = parse_int("skv", fields["skv"]);
+  if (fields.count("lens_q")) p.lens_q = parse_int_list("lens_q", fields["lens_q"]);
+  if (fields.count("lens_kv")) p.lens_kv = parse_int_list("lens_kv", fields["lens_kv"]);
+  p.head_dim = parse_int("d", fields["d"]);
+  p.head_dim_v = fields.count("dv") ? parse_int("dv", fields["dv"]) : p.head_dim;
+  auto dtype = parse_dtype(fields["dtype"]);
+  if (!dtype) throw BadInput("dtype", fmt::format("unknown dtype '{}' (known: f32, f16, bf16)", fields["dtype"]));
+  p.dtype = *dtype;
+  if (fields.count("layout")) {
+    const auto text = fields["layout"];
+    if (text == "bhsd") p.layout = Layout::bhsd;
+    else if (text == "bshd") p.layout = Layout::bshd;
+    else throw BadInput("layout", fmt::format("unknown layout '{}' (known: bhsd, bshd)", text));
+  }
+  if (fields.count("mask")) {
+    const auto text = fields["mask"];
+    bool found = false;
+    for (MaskKind kind : {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window})
+      if (to_string(kind) == text) {
+        p.mask = kind;
+        found = true;
+      }
+    if (!found) throw BadInput("mask", fmt::format("unknown mask '{}' (known: none, causal_tl, causal_br, window)", text));
+  }
+  if (fields.count("window")) {
+    if (p.mask != MaskKind::window)
+      throw BadInput("window", fmt::format("a window is only valid with mask=window, not mask={}", to_string(p.mask)));
+    const auto bounds = parse_int_list("window", fields["window"]);
+    if (bounds.size() != 2) throw BadInput("window", "expected two bounds: window=LEFT,RIGHT");
+    p.window_left = bounds[0];
+    p.window_right = bounds[1];
+  } else if (p.mask == MaskKind::window) {
+    throw BadInput("window", "mask=window needs window=LEFT,RIGHT");
+  }
+  p.softmax_scale = fields.count("scale") ? parse_real("scale", fields["scale"]) : default_softmax_scale(p.head_dim);
+  if (fields.count("values")) p.values = parse_values(fields["values"]);
+  if (fields.count("gseed")) p.geometry_seed = parse_seed("gseed", fields["gseed"]);
+  if (fields.count("dseed")) p.data_seed = parse_seed("dseed", fields["dseed"]);
+  validate(p);
+  return p;
+}
+
+void validate(const Problem& p) {
+  // Each dimension stays below 2^31 so that every index fits an int64 product.
+  constexpr std::int64_t kMaxDimension = std::int64_t{1} << 31;
+  auto check_size = [&](std::string_view field, std::int64_t value, std::int64_t minimum) {
+    if (value < minimum)
+      throw BadInput(std::string(field), fmt::format("{} must be >= {}", value, minimum));
+    if (value >= kMaxDimension) throw BadInput(std::string(field), fmt::format("{} is too large", value));
+  };
+  check_size("b", p.batch, 1);
+  check_size("hq", p.heads_q, 1);
+  check_size("hkv", p.heads_kv, 1);
+  check_size("sq", p.seqlen_q, 0);
+  check_size("skv", p.seqlen_kv, 0);
+  check_size("d", p.head_dim, 1);
+  check_size("dv", p.head_dim_v, 1);
+  if (p.heads_q % p.heads_kv != 0)
+    throw BadInput("hkv", fmt::format("heads_q={} is not a multiple of heads_kv={}", p.heads_q, p.heads_kv));
+  auto check_lens = [&](std::string_view field, const std::vector<std::int64_t>& lens, std::int64_t padded) {
+    if (lens.empty()) return;
+    if (static_cast<std::int64_t>(lens.size()) != p.batch)
+      throw BadInput(std::string(field), fmt::format("has {} lengths for a batch of {}", lens.size(), p.batch));
+    for (std::int64_t len : lens)
+      if (len < 0 || len > padded)
+        throw BadInput(std::string(field), fmt::format("length {} is outside [0, {}]", len, padded));
+  };
+  check_lens("lens_q", p.lens_q, p.seqlen_q);
+  check_lens("lens_kv", p.lens_kv, p.seqlen_kv);
+  if (p.mask != MaskKind::window && (p.window_left != -1 || p.window_right != -1))
+    throw BadInput("window", fmt::format("a window is only valid with mask=window, not mask={}", to_string(p.mask)));
+  if (p.mask == MaskKind::window && (p.window_left < -1 || p.window_right < -1))
+    throw BadInput("window", "bounds must be >= 0, or -1 for unbounded");
+  if (!std::isfinite(p.softmax_scale) || p.softmax_scale <= 0)
+    throw BadInput("scale", fmt::format("{} must be a positive finite number", p.softmax_scale));
+  if (p.values.params.size() != default_params(p.values.family).size())
+    throw BadInput("values", fmt::format("{} takes {} parameter(s)", to_string(p.values.family),
+                                         default_params(p.values.family).size()));
+  // The inputs, the outputs and a reference copy of the outputs in f64 must fit.
+  const double needed = p.storage_bytes() + static_cast<double>(p.batch) * p.heads_q * p.seqlen_q * (p.head_dim_v + 1) * 8.0;
+  const double available = available_memory_bytes();
+  if (available > 0 && needed > available)
+    throw BadInput("size", fmt::format("the buffers need {:.1f} GiB but only {:.1f} GiB of memory is available",
+                                       needed / (1u << 30), available / (1u << 30)));
+}
+
+double available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024.0;
+  return 0;
+}
+
+}  // namespace flashcheck

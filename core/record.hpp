@@ -1,0 +1,37 @@
+// Records: one JSON object per case, appended to a JSON Lines file and flushed
+// per case, so that a killed run loses at most the case in flight.
+#pragma once
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/metrics.hpp"
+#include "core/tolerance.hpp"
+
+namespace flashcheck {
+
+/// Version of the record format; readers refuse records from other versions.
+inline constexpr int kRecordSchema = 1;
+
+nlohmann::json to_json(const ErrorStats& stats);
+nlohmann::json to_json(const TensorMetrics& metrics);
+nlohmann::json to_json(const CaseMetrics& metrics);
+nlohmann::json to_json(const Verdict& verdict);
+
+/// Appends records to a JSON Lines file.
+class RecordWriter {
+ public:
+  /// Opens (creating parent folders and the file) for appending. Throws
+  /// std::runtime_error naming the path when it cannot.
+  explicit RecordWriter(const std::string& path);
+  /// Writes one record as one line and flushes it to the OS.
+  void write(const nlohmann::json& record);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::ofstream stream_;
+};
+
+}  // namespace flashcheck

@@ -1,0 +1,96 @@
+#include "core/subject.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+namespace flashcheck {
+
+bool Capabilities::accepts_head_dim(std::int64_t d) const {
+  if (head_dims[0] == 0) return d >= min_head_dim && d <= max_head_dim;
+  return std::find(head_dims.begin(), head_dims.end(), d) != head_dims.end() && d != 0;
+}
+
+std::optional<std::string> unsupported_reason(const Capabilities& caps, const Problem& p) {
+  if (!caps.dtypes.contains(p.dtype)) return fmt::format("dtype {} is not supported", to_string(p.dtype));
+  if (!caps.layouts.contains(p.layout)) return fmt::format("layout {} is not supported", to_string(p.layout));
+  if (!caps.masks.contains(p.mask)) return fmt::format("mask {} is not supported", to_string(p.mask));
+  if (!caps.accepts_head_dim(p.head_dim)) return fmt::format("head_dim {} is not supported", p.head_dim);
+  if (caps.head_dim_v_equal && p.head_dim_v != p.head_dim)
+    return fmt::format("head_dim_v {} must equal head_dim {}", p.head_dim_v, p.head_dim);
+  if (p.head_dim_v > caps.max_head_dim_v) return fmt::format("head_dim_v {} is above {}", p.head_dim_v, caps.max_head_dim_v);
+  if (!caps.gqa && p.heads_kv != p.heads_q)
+    return fmt::format("GQA/MQA (heads_q={}, heads_kv={}) is not supported", p.heads_q, p.heads_kv);
+  if (!caps.varlen && p.padded()) return std::string("per-sequence lengths are not supported");
+  if (p.seqlen_q % caps.seqlen_q_multiple != 0)
+    return fmt::format("seqlen_q {} is not a multiple of {}", p.seqlen_q, caps.seqlen_q_multiple);
+  if (p.seqlen_kv % caps.seqlen_kv_multiple != 0)
+    return fmt::format("seqlen_kv {} is not a multiple of {}", p.seqlen_kv, caps.seqlen_kv_multiple);
+  if (p.seqlen_q > caps.max_seqlen_q) return fmt::format("seqlen_q {} is above {}", p.seqlen_q, caps.max_seqlen_q);
+  if (p.seqlen_kv > caps.max_seqlen_kv) return fmt::format("seqlen_kv {} is above {}", p.seqlen_kv, caps.max_seqlen_kv);
+  return std::nullopt;
+}
+
+std::string describe(const Capabilities& caps) {
+  std::vector<std::string_view> dtypes, masks, layouts;
+  for (DType t : {DType::f32, DType::f16, DType::bf16})
+    if (caps.dtypes.contains(t)) dtypes.push_back(to_string(t));
+  for (MaskKind m : {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window})
+    if (caps.masks.contains(m)) masks.push_back(to_string(m));
+  for (Layout l : {Layout::bhsd, Layout::bshd})
+    if (caps.layouts.contains(l)) layouts.push_back(to_string(l));
+  std::string head_dims;
+  if (caps.head_dims[0] == 0) {
+    head_dims = fmt::format("{}..{}", caps.min_head_dim, caps.max_head_dim);
+  } else {
+    std::vector<int> listed;
+    for (auto d : caps.head_dims)
+      if (d != 0) listed.push_back(d);
+    head_dims = fmt::format("{}", fmt::join(listed, ","));
+  }
+  std::string text = fmt::format("dtypes={} d={} dv{} masks={} layouts={} gqa={} varlen={} lse={}",
+                                 fmt::join(dtypes, ","), head_dims,
+                                 caps.head_dim_v_equal ? std::string("=d") : fmt::format("<={}", caps.max_head_dim_v),
+                                 fmt::join(masks, ","), fmt::join(layouts, ","), caps.gqa ? "yes" : "no",
+                                 caps.varlen ? "yes" : "no", caps.lse ? "yes" : "no");
+  if (caps.seqlen_q_multiple > 1 || caps.seqlen_kv_multiple > 1)
+    text += fmt::format(" seqlen_multiple={}/{}", caps.seqlen_q_multiple, caps.seqlen_kv_multiple);
+  if (caps.compute_dtype) text += fmt::format(" computes_in={}", to_string(*caps.compute_dtype));
+  text += caps.needs_gpu ? fmt::format(" device=gpu(sm_{}+)", caps.min_compute_capability) : " device=cpu";
+  if (!caps.known_deviations.empty()) text += fmt::format(" deviations=\"{}\"", caps.known_deviations);
+  return text;
+}
+
+std::string_view to_string(Status status) {
+  switch (status) {
+    case Status::ok: return "ok";
+    case Status::unsupported: return "unsupported";
+    case Status::fault: return "fault";
+    case Status::error: return "error";
+  }
+  return "?";
+}
+
+Registry& Registry::instance() {
+  static Registry registry;
+  return registry;
+}
+
+void Registry::add(std::function<std::unique_ptr<Subject>()> factory) { factories_.push_back(std::move(factory)); }
+
+const std::vector<Subject*>& Registry::subjects() {
+  while (owned_.size() < factories_.size()) {
+    owned_.push_back(factories_[owned_.size()]());
+    view_.push_back(owned_.back().get());
+  }
+  return view_;
+}
+
+Subject* Registry::find(std::string_view name) {
+  for (Subject* subject : subjects())
+    if (subject->name() == name) return subject;
+  return nullptr;
+}
+
+}  // namespace flashcheck

@@ -1,0 +1,130 @@
+// Subjects (anything under test) and the capability domain each declares.
+//
+// A subject declares what it accepts in a constexpr Capabilities next to its
+// launcher; generators draw inside that domain, and a call outside it returns
+// Status::unsupported without running.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
+
+namespace flashcheck {
+
+/// A constexpr set of enum values (bit per value).
+template <typename Enum>
+class EnumSet {
+ public:
+  constexpr EnumSet() = default;
+  constexpr EnumSet(std::initializer_list<Enum> values) {
+    for (Enum value : values) bits_ |= bit(value);
+  }
+  constexpr bool contains(Enum value) const { return bits_ & bit(value); }
+  constexpr bool empty() const { return bits_ == 0; }
+  constexpr bool operator==(const EnumSet&) const = default;
+
+ private:
+  static constexpr std::uint32_t bit(Enum value) { return 1u << static_cast<unsigned>(value); }
+  std::uint32_t bits_ = 0;
+};
+
+/// The domain of a subject.
+struct Capabilities {
+  EnumSet<DType> dtypes;
+  /// Accepted head dims: the listed ones (0 ends the list) or, when the list is
+  /// empty, every value in [min_head_dim, max_head_dim].
+  std::array<std::int16_t, 8> head_dims{};
+  std::int64_t min_head_dim = 1;
+  std::int64_t max_head_dim = 576;
+  std::int64_t max_head_dim_v = 512;
+  bool head_dim_v_equal = false;  // dv must equal d
+  EnumSet<MaskKind> masks;
+  EnumSet<Layout> layouts{Layout::bhsd, Layout::bshd};
+  bool gqa = false;     // heads_kv < heads_q
+  bool varlen = false;  // per-sequence lengths
+  bool lse = false;     // writes LSE
+  std::int64_t seqlen_q_multiple = 1;
+  std::int64_t seqlen_kv_multiple = 1;
+  std::int64_t max_seqlen_q = std::numeric_limits<std::int32_t>::max();
+  std::int64_t max_seqlen_kv = std::numeric_limits<std::int32_t>::max();
+  /// Needs a CUDA device; the minimum compute capability (major*10+minor).
+  bool needs_gpu = false;
+  int min_compute_capability = 0;
+  /// The precision the subject really computes in, when it differs from the
+  /// storage dtype (a kernel that takes f32 but computes in f16). The
+  /// same-precision baseline of the tolerance rule uses this dtype.
+  std::optional<DType> compute_dtype;
+  /// Documented differences from flashcheck's conventions (empty: none).
+  std::string_view known_deviations;
+
+  bool accepts_head_dim(std::int64_t d) const;
+};
+
+/// Why a problem is outside a domain, or nullopt when it is inside.
+std::optional<std::string> unsupported_reason(const Capabilities& caps, const Problem& problem);
+
+/// One line describing a domain, for `flashcheck list`.
+std::string describe(const Capabilities& caps);
+
+enum class Status : std::uint8_t {
+  ok,           // outputs written
+  unsupported,  // outside the domain; nothing ran, outputs untouched
+  fault,        // the device context is poisoned (illegal address, ...)
+  error,        // any other failure of the call
+};
+std::string_view to_string(Status status);
+
+struct RunResult {
+  Status status = Status::ok;
+  std::string message;
+  Outputs outputs;
+  double time_ms = std::numeric_limits<double>::quiet_NaN();
+};
+
+/// Anything under test.
+class Subject {
+ public:
+  virtual ~Subject() = default;
+  virtual std::string_view name() const = 0;
+  virtual std::string_view description() const = 0;
+  virtual const Capabilities& capabilities() const = 0;
+  /// Runs one call. Implementations check the domain first and return
+  /// unsupported (without touching anything) outside it.
+  virtual RunResult run(const Problem& problem, const Inputs& inputs) = 0;
+};
+
+/// The process-wide list of subjects, filled by static SubjectRegistration objects.
+class Registry {
+ public:
+  static Registry& instance();
+  void add(std::function<std::unique_ptr<Subject>()> factory);
+  /// Every registered subject, in registration order (constructed on first use).
+  const std::vector<Subject*>& subjects();
+  Subject* find(std::string_view name);
+
+ private:
+  std::vector<std::function<std::unique_ptr<Subject>()>> factories_;
+  std::vector<std::unique_ptr<Subject>> owned_;
+  std::vector<Subject*> view_;
+};
+
+/// Registers a subject type at static-initialisation time:
+///   static SubjectRegistration<CpuLowp> registration;
+template <typename SubjectType>
+struct SubjectRegistration {
+  SubjectRegistration() {
+    Registry::instance().add([] { return std::make_unique<SubjectType>(); });
+  }
+};
+
+}  // namespace flashcheck

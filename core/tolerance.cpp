@@ -1,0 +1,86 @@
+#include "core/tolerance.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+namespace flashcheck {
+
+double noise_floor(DType dtype, double scale) { return kFloorRoundings * unit_roundoff(dtype) * scale; }
+
+namespace {
+
+RuleCheck check(std::string metric, double subject, double baseline, double floor) {
+  RuleCheck c;
+  c.metric = std::move(metric);
+  c.subject = subject;
+  c.baseline = baseline;
+  c.floor = floor;
+  c.bound = kBaselineFactor * baseline + floor;
+  c.ratio = c.bound > 0 ? subject / c.bound : (subject > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+  c.pass = subject <= c.bound;
+  return c;
+}
+
+// LSE is an f32 quantity in every subject.
+constexpr DType kLseDtype = DType::f32;
+
+}  // namespace
+
+Bounds rule_bounds(const CaseMetrics& baseline, DType out_dtype) {
+  Bounds bounds;
+  const auto& o = baseline.o.errors;
+  bounds.o = kBaselineFactor * o.max_abs + noise_floor(out_dtype, o.ref_max_abs);
+  if (baseline.has_lse) {
+    const auto& lse = baseline.lse.errors;
+    bounds.lse = kBaselineFactor * lse.max_abs + noise_floor(kLseDtype, lse.ref_max_abs);
+  }
+  return bounds;
+}
+
+Verdict decide(const CaseMetrics& subject, const CaseMetrics& baseline, DType out_dtype) {
+  Verdict verdict;
+  const auto& so = subject.o.errors;
+  const auto& bo = baseline.o.errors;
+  verdict.checks.push_back(check("o.max_abs", so.max_abs, bo.max_abs, noise_floor(out_dtype, bo.ref_max_abs)));
+  verdict.checks.push_back(check("o.rmse", so.rmse, bo.rmse, noise_floor(out_dtype, bo.ref_rms)));
+  if (subject.has_lse && baseline.has_lse) {
+    const auto& sl = subject.lse.errors;
+    const auto& bl = baseline.lse.errors;
+    verdict.checks.push_back(check("lse.max_abs", sl.max_abs, bl.max_abs, noise_floor(kLseDtype, bl.ref_max_abs)));
+    verdict.checks.push_back(check("lse.rmse", sl.rmse, bl.rmse, noise_floor(kLseDtype, bl.ref_rms)));
+  }
+  verdict.census_pass = subject.o.census.mismatches == 0 && (!subject.has_lse || subject.lse.census.mismatches == 0);
+
+  const RuleCheck* decisive = nullptr;
+  for (const auto& c : verdict.checks) {
+    verdict.worst_ratio = std::max(verdict.worst_ratio, c.ratio);
+    if (!c.pass && !decisive) decisive = &c;
+  }
+  if (!verdict.census_pass) {
+    verdict.pass = false;
+    const auto& census = subject.o.census.mismatches ? subject.o.census : subject.lse.census;
+    const auto& at = census.first_mismatch->at;
+    verdict.rule = fmt::format("NaN/Inf census: {} position(s) differ from the oracle; first at (b={}, h={}, row={}, {}): got {}, want {}",
+                               census.mismatches, at.b, at.h, at.row,
+                               at.column < 0 ? std::string("lse") : fmt::format("col={}", at.column),
+                               census.first_mismatch->got, census.first_mismatch->want);
+    return verdict;
+  }
+  if (decisive) {
+    verdict.pass = false;
+    verdict.rule = fmt::format("{} {:.3e} > {} x baseline {:.3e} + floor {:.3e} = {:.3e} (ratio {:.2f})", decisive->metric,
+                               decisive->subject, kBaselineFactor, decisive->baseline, decisive->floor, decisive->bound,
+                               decisive->ratio);
+    return verdict;
+  }
+  const RuleCheck* closest = &verdict.checks.front();
+  for (const auto& c : verdict.checks)
+    if (c.ratio > closest->ratio) closest = &c;
+  verdict.rule = fmt::format("every check within k={} x baseline + floor; closest {} {:.3e} <= {:.3e} (ratio {:.2f})",
+                             kBaselineFactor, closest->metric, closest->subject, closest->bound, closest->ratio);
+  return verdict;
+}
+
+}  // namespace flashcheck

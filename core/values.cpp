@@ -1,0 +1,158 @@
+#include "core/values.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/random.hpp"
+
+namespace flashcheck {
+namespace {
+
+enum class Which : std::uint64_t { q = 1, k = 2, v = 3 };
+
+// Draws per element: a few independent counters per position.
+constexpr std::uint64_t kDrawsPerElement = 64;
+
+struct Generator {
+  const Problem& p;
+  CounterRng data;
+  CounterRng geometry;
+
+  Generator(const Problem& problem)
+      : p(problem), data(problem.data_seed, 0x64617461), geometry(problem.geometry_seed, 0x67656f6d) {}
+
+  static std::uint64_t counter(Which which, std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t c,
+                               std::int64_t heads, std::int64_t seqlen, std::int64_t dim) {
+    const auto position = static_cast<std::uint64_t>(((b * heads + h) * seqlen + s) * dim + c);
+    return (position * 4 + static_cast<std::uint64_t>(which)) * kDrawsPerElement;
+  }
+
+  double normal(std::uint64_t base, double mean, double std) const { return mean + std * data.normal(base); }
+
+  // Student-t with round(nu) degrees of freedom (clamped to [1, 30]).
+  double student_t(std::uint64_t base, double nu) const {
+    const int dof = static_cast<int>(std::clamp(std::round(nu), 1.0, 30.0));
+    double chi2 = 0;
+    for (int k = 1; k <= dof; ++k) {
+      const double z = data.normal(base + k);
+      chi2 += z * z;
+    }
+    return data.normal(base) / std::sqrt(chi2 / dof);
+  }
+
+  // The key that dominates every row of (b, kv-head), for `dominant`.
+  std::int64_t dominant_key(std::int64_t b, std::int64_t h) const {
+    const std::int64_t len = p.len_kv(b);
+    if (len == 0) return -1;
+    return static_cast<std::int64_t>(geometry.bits(static_cast<std::uint64_t>(b * p.heads_kv + h)) %
+                                     static_cast<std::uint64_t>(len));
+  }
+
+  double value(Which which, std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t c) const {
+    const std::int64_t heads = which == Which::q ? p.heads_q : p.heads_kv;
+    const std::int64_t seqlen = which == Which::q ? p.seqlen_q : p.seqlen_kv;
+    const std::int64_t dim = which == Which::v ? p.head_dim_v : p.head_dim;
+    const std::uint64_t base = counter(which, b, h, s, c, heads, seqlen, dim);
+    const auto& prm = p.values.params;
+    switch (p.values.family) {
+      case ValueFamily::normal: return normal(base, prm[0], prm[1]);
+      case ValueFamily::uniform: return prm[0] + (prm[1] - prm[0]) * data.uniform(base);
+      case ValueFamily::heavy: return student_t(base, prm[0]);
+      case ValueFamily::outliers: {
+        const double spike = data.uniform(base + 1) < prm[0] ? prm[1] * data.normal(base + 2) : 0.0;
+        return data.normal(base) + spike;
+      }
+      case ValueFamily::sparse_int: {
+        if (data.uniform(base + 1) >= prm[1]) return 0.0;
+        const auto max = static_cast<std::int64_t>(std::max(1.0, std::round(prm[0])));
+        // Non-zero integer in [-max, max].
+        const auto pick = static_cast<std::int64_t>(data.bits(base) % static_cast<std::uint64_t>(2 * max));
+        return static_cast<double>(pick < max ? pick - max : pick - max + 1);
+      }
+      case ValueFamily::near_overflow: {
+        if (which == Which::v) {
+          const double magnitude = prm[1] * max_finite(p.dtype) * (0.5 + 0.5 * data.uniform(base + 1));
+          return data.uniform(base) < 0.5 ? -magnitude : magnitude;
+        }
+        // Logit standard deviation scale * sqrt(d) * sigma^2 = logit_std.
+        const double sigma = std::sqrt(prm[0] / (p.softmax_scale * std::sqrt(static_cast<double>(p.head_dim))));
+        return sigma * data.normal(base);
+      }
+      case ValueFamily::subnormal: {
+        const double lo = min_subnormal(p.dtype), hi = min_normal(p.dtype);
+        const double magnitude = lo + (hi - lo) * data.uniform(base + 1);
+        return data.uniform(base) < 0.5 ? -magnitude : magnitude;
+      }
+      case ValueFamily::ties: {
+        if (which != Which::k) return normal(base, 0.5, 1.0);
+        // K rows repeat a few distinct rows exactly, so scores tie exactly.
+        const auto distinct = static_cast<std::uint64_t>(std::max(1.0, std::round(prm[0])));
+        const auto row_id = geometry.bits(static_cast<std::uint64_t>((b * p.heads_kv + h) * p.seqlen_kv + s)) % distinct;
+        const std::uint64_t shared = counter(which, b, h, static_cast<std::int64_t>(row_id), c, heads, seqlen, dim);
+        return normal(shared, 0.5, 1.0);
+      }
+      case ValueFamily::dominant:
+      case ValueFamily::late_max: {
+        if (which == Which::v) return normal(base, 0.5, 1.0);
+        // Component 0 carries the designed logit: q[0] = 1 and k[0] = gap / scale
+        // for the winning keys, 0 otherwise; the other components add small noise.
+        const bool late = p.values.family == ValueFamily::late_max;
+        const double noise = late ? 0.3 : 0.1;
+        if (c != 0) return noise * data.normal(base);
+        if (which == Which::q) return 1.0;
+        const double gap = late ? prm[1] : prm[0];
+        const bool wins = late ? s >= p.len_kv(b) - static_cast<std::int64_t>(prm[0]) : s == dominant_key(b, h);
+        return wins ? gap / p.softmax_scale : 0.0;
+      }
+      case ValueFamily::nan_inf: {
+        const double u = data.uniform(base + 1);
+        if (u < prm[0] || forced_special(which, b, h, s, c)) {
+          const auto kind = data.bits(base + 2) % 3;
+          if (kind == 0) return std::numeric_limits<double>::quiet_NaN();
+          return kind == 1 ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
+        }
+        return normal(base, 0.5, 1.0);
+      }
+    }
+    return 0.0;
+  }
+
+  // nan_inf always injects at least one special value into V, at a position
+  // chosen by the geometry seed, so that small problems are not left clean.
+  bool forced_special(Which which, std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t c) const {
+    if (which != Which::v || p.v_elements() == 0) return false;
+    const auto pick = geometry.bits(0x766e616e) % static_cast<std::uint64_t>(p.v_elements());
+    const auto here = static_cast<std::uint64_t>(((b * p.heads_kv + h) * p.seqlen_kv + s) * p.head_dim_v + c);
+    return pick == here;
+  }
+
+  void fill(Which which, HostTensor& tensor) const {
+    const std::int64_t rows = tensor.batch() * tensor.heads() * tensor.seqlen();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t row = 0; row < rows; ++row) {
+      const std::int64_t s = row % tensor.seqlen();
+      const std::int64_t h = (row / tensor.seqlen()) % tensor.heads();
+      const std::int64_t b = row / (tensor.seqlen() * tensor.heads());
+      for (std::int64_t c = 0; c < tensor.dim(); ++c) tensor.set(b, h, s, c, value(which, b, h, s, c));
+    }
+  }
+};
+
+}  // namespace
+
+Inputs generate_inputs(const Problem& p) {
+  Inputs in;
+  in.q = HostTensor(p.dtype, p.layout, p.batch, p.heads_q, p.seqlen_q, p.head_dim);
+  in.k = HostTensor(p.dtype, p.layout, p.batch, p.heads_kv, p.seqlen_kv, p.head_dim);
+  in.v = HostTensor(p.dtype, p.layout, p.batch, p.heads_kv, p.seqlen_kv, p.head_dim_v);
+  const Generator generator(p);
+  generator.fill(Which::q, in.q);
+  generator.fill(Which::k, in.k);
+  generator.fill(Which::v, in.v);
+  return in;
+}
+
+}  // namespace flashcheck

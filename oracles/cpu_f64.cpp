@@ -1,0 +1,160 @@
+#include "oracles/cpu_f64.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "oracles/blas.hpp"
+
+namespace flashcheck {
+namespace {
+
+// Keys [first, last] that query i of a sequence with lq queries and lk keys may
+// see; empty when first > last. The oracle's own reading of MaskKind's spec.
+struct KeyRange {
+  std::int64_t first, last;
+  bool empty() const { return first > last; }
+};
+
+KeyRange visible_keys(const Problem& p, std::int64_t i, std::int64_t lq, std::int64_t lk) {
+  const std::int64_t diagonal = i + (lk - lq);  // bottom-right aligned diagonal
+  KeyRange range{0, lk - 1};
+  switch (p.mask) {
+    case MaskKind::none: break;
+    case MaskKind::causal_tl: range.last = std::min(range.last, i); break;
+    case MaskKind::causal_br: range.last = std::min(range.last, diagonal); break;
+    case MaskKind::window:
+      if (p.window_left >= 0) range.first = std::max(range.first, diagonal - p.window_left);
+      if (p.window_right >= 0) range.last = std::min(range.last, diagonal + p.window_right);
+      break;
+  }
+  return range;
+}
+
+// Row blocks keep the score block near this size, per thread.
+constexpr std::int64_t kScoreBlockBytes = 32 << 20;
+
+std::int64_t rows_per_block(std::int64_t keys) {
+  return std::clamp<std::int64_t>(kScoreBlockBytes / (8 * std::max<std::int64_t>(keys, 1)), 16, 256);
+}
+
+}  // namespace
+
+AttentionRows CpuF64::reference(const Problem& p, const Inputs& in, const RowSet& rows) {
+  AttentionRows out(p, rows);
+  use_single_threaded_blas();
+  const std::int64_t d = p.head_dim, dv = p.head_dim_v;
+  std::vector<double> keys, values;
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    const std::int64_t lq = p.len_q(b), lk = p.len_kv(b);
+    std::vector<std::int64_t> row_slots;  // indices into rows.rows of this sequence's valid rows
+    for (std::int64_t r = 0; r < rows.size(); ++r)
+      if (rows.rows[r] < lq) row_slots.push_back(r);
+    if (row_slots.empty() || lk == 0) continue;  // nothing to compute: fully masked or padding
+    const std::int64_t block = rows_per_block(lk);
+    const std::int64_t blocks = (static_cast<std::int64_t>(row_slots.size()) + block - 1) / block;
+
+    for (std::int64_t hk = 0; hk < p.heads_kv; ++hk) {
+      keys.resize(static_cast<std::size_t>(lk * d));
+      values.resize(static_cast<std::size_t>(lk * dv));
+      bool values_finite = true;
+#pragma omp parallel for schedule(static) reduction(&& : values_finite)
+      for (std::int64_t j = 0; j < lk; ++j) {
+        in.k.read_row(b, hk, j, keys.data() + j * d);
+        in.v.read_row(b, hk, j, values.data() + j * dv);
+        for (std::int64_t c = 0; c < dv; ++c) values_finite = values_finite && std::isfinite(values[j * dv + c]);
+      }
+
+      const std::int64_t tasks = p.group_size() * blocks;
+#pragma omp parallel
+      {
+        std::vector<double> queries(static_cast<std::size_t>(block * d));
+        std::vector<double> scores;
+        std::vector<double> block_out(static_cast<std::size_t>(block * dv));
+        std::vector<KeyRange> ranges(static_cast<std::size_t>(block));
+        std::vector<double> row_sum(static_cast<std::size_t>(block));
+#pragma omp for schedule(dynamic)
+        for (std::int64_t task = 0; task < tasks; ++task) {
+          const std::int64_t h = hk * p.group_size() + task / blocks;
+          const std::int64_t begin = (task % blocks) * block;
+          const std::int64_t count = std::min<std::int64_t>(block, static_cast<std::int64_t>(row_slots.size()) - begin);
+          std::int64_t key_lo = lk, key_hi = -1;
+          for (std::int64_t r = 0; r < count; ++r) {
+            const std::int64_t i = rows.rows[row_slots[begin + r]];
+            ranges[r] = visible_keys(p, i, lq, lk);
+            if (!ranges[r].empty()) {
+              key_lo = std::min(key_lo, ranges[r].first);
+              key_hi = std::max(key_hi, ranges[r].last);
+            }
+            in.q.read_row(b, h, i, queries.data() + r * d);
+          }
+          if (key_hi < key_lo) continue;  // every row fully masked: O = 0, LSE = -inf already
+          const std::int64_t width = key_hi - key_lo + 1;
+          scores.resize(static_cast<std::size_t>(count * width));
+          // S = scale * Q K^T over the keys any row of the block sees.
+          cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(count), static_cast<int>(width),
+                      static_cast<int>(d), p.softmax_scale, queries.data(), static_cast<int>(d),
+                      keys.data() + key_lo * d, static_cast<int>(d), 0.0, scores.data(), static_cast<int>(width));
+          // Pass 1: row maximum (NaN-propagating). Pass 2: exponentials and their sum.
+          for (std::int64_t r = 0; r < count; ++r) {
+            double* s = scores.data() + r * width;
+            const KeyRange range = ranges[r];
+            const std::int64_t first = range.first - key_lo, last = range.last - key_lo;
+            if (range.empty()) {
+              std::fill(s, s + width, 0.0);
+              row_sum[r] = 0;
+              continue;
+            }
+            double maximum = -std::numeric_limits<double>::infinity();
+            for (std::int64_t j = first; j <= last; ++j) {
+              if (std::isnan(s[j])) {
+                maximum = s[j];
+                break;
+              }
+              maximum = std::max(maximum, s[j]);
+            }
+            double sum = 0;
+            for (std::int64_t j = 0; j < width; ++j) {
+              const bool visible = j >= first && j <= last;
+              s[j] = visible ? std::exp(s[j] - maximum) : 0.0;
+              sum += s[j];
+            }
+            row_sum[r] = sum;
+            out.lse[out.index(b, h, row_slots[begin + r])] = maximum + std::log(sum);
+          }
+          // O = P V / l. Masked keys must be absent, not multiplied by zero: with
+          // non-finite values, 0 * Inf would be NaN, so that case sums only the visible keys.
+          if (values_finite) {
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(count), static_cast<int>(dv),
+                        static_cast<int>(width), 1.0, scores.data(), static_cast<int>(width),
+                        values.data() + key_lo * dv, static_cast<int>(dv), 0.0, block_out.data(), static_cast<int>(dv));
+          } else {
+            std::fill(block_out.begin(), block_out.end(), 0.0);
+            for (std::int64_t r = 0; r < count; ++r) {
+              if (ranges[r].empty()) continue;
+              for (std::int64_t j = ranges[r].first; j <= ranges[r].last; ++j) {
+                const double weight = scores[r * width + (j - key_lo)];
+                for (std::int64_t c = 0; c < dv; ++c) block_out[r * dv + c] += weight * values[j * dv + c];
+              }
+            }
+          }
+          for (std::int64_t r = 0; r < count; ++r) {
+            if (ranges[r].empty()) continue;
+            double* o = out.o_row(b, h, row_slots[begin + r]);
+            for (std::int64_t c = 0; c < dv; ++c) o[c] = block_out[r * dv + c] / row_sum[r];
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+AttentionRows cpu_f64_reference(const Problem& problem, const Inputs& inputs, const RowSet& rows) {
+  return CpuF64().reference(problem, inputs, rows);
+}
+
+}  // namespace flashcheck

@@ -1,0 +1,43 @@
+// cpu_lowp: the same-precision baseline of the tolerance rule.
+//
+// Plain attention as a framework computes it in a working dtype, rounding after
+// each step: S = round(scale * Q K^T) with the product accumulated in f32,
+// softmax in f32, P = round(softmax), O = round(P V) with P V accumulated in f32,
+// LSE = max + log(sum) in f32. In f32 it is plain f32 attention.
+//
+// Registered also as the CPU subject `cpu-lowp`, so the whole pipeline runs
+// without a GPU. Its masks are its own code, separate from cpu_f64's.
+#pragma once
+
+#include "core/subject.hpp"
+#include "core/tensor.hpp"
+
+namespace flashcheck {
+
+/// The baseline's O and LSE for the given rows, computed in `working` precision
+/// (inputs are rounded to it first when the storage dtype is wider).
+AttentionRows cpu_lowp_rows(const Problem& problem, const Inputs& inputs, const RowSet& rows, DType working);
+
+/// Domain of the cpu-lowp subject: everything the vocabulary can express.
+inline constexpr Capabilities kCpuLowpCapabilities = {
+    .dtypes = {DType::f32, DType::f16, DType::bf16},
+    .min_head_dim = 1,
+    .max_head_dim = 576,
+    .max_head_dim_v = 512,
+    .masks = {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window},
+    .gqa = true,
+    .varlen = true,
+    .lse = true,
+};
+
+class CpuLowp : public Subject {
+ public:
+  std::string_view name() const override { return "cpu-lowp"; }
+  std::string_view description() const override {
+    return "plain attention rounded to the working dtype after each step (CPU, the same-precision baseline)";
+  }
+  const Capabilities& capabilities() const override { return kCpuLowpCapabilities; }
+  RunResult run(const Problem& problem, const Inputs& inputs) override;
+};
+
+}  // namespace flashcheck
