@@ -10,8 +10,11 @@ int histogram_bin(double abs_error) {
   if (abs_error == 0) return 0;
   if (!(abs_error < 1e4)) return kHistogramBins - 1;  // also Inf and NaN
   if (abs_error < 1e-16) return 1;
-  const int decade = static_cast<int>(std::floor(std::log10(abs_error)));  // -16..3
-  return std::clamp(decade + 18, 2, kHistogramBins - 2);
+  // log10 can round up just below a power of ten: settle the edge exactly.
+  int bin = std::clamp(static_cast<int>(std::floor(std::log10(abs_error))) + 18, 2, kHistogramBins - 2);
+  if (bin > 2 && abs_error < histogram_bin_floor(bin)) --bin;
+  if (bin < kHistogramBins - 2 && abs_error >= histogram_bin_floor(bin + 1)) ++bin;
+  return bin;
 }
 
 double histogram_bin_floor(int bin) {
@@ -53,7 +56,11 @@ class Accumulator {
     abs_errors_.push_back(abs_error);
     sum_sq_error_ += error * error;
     sum_sq_ref_ += want * want;
-    sum_error_ += error;
+    // Welford's update of the signed error's mean and variance: the textbook
+    // sum-of-squares formula cancels catastrophically for a constant offset.
+    const double delta = error - mean_error_;
+    mean_error_ += delta / static_cast<double>(stats.count);
+    m2_error_ += delta * (error - mean_error_);
     stats.ref_max_abs = std::max(stats.ref_max_abs, std::fabs(want));
     if (want != 0) stats.max_rel = std::max(stats.max_rel, abs_error / std::fabs(want));
     stats.max_ulp = std::max(stats.max_ulp, ulp_distance(dtype_, got, want));
@@ -74,11 +81,11 @@ class Accumulator {
       stats.ref_rms = std::sqrt(sum_sq_ref_ / n);
       stats.normwise_rel = sum_sq_ref_ > 0 ? std::sqrt(sum_sq_error_ / sum_sq_ref_)
                                            : (sum_sq_error_ > 0 ? std::numeric_limits<double>::infinity() : 0.0);
-      stats.mean_signed = sum_error_ / n;
+      stats.mean_signed = mean_error_;
       if (stats.count > 1) {
-        const double variance = std::max(0.0, (sum_sq_error_ - n * stats.mean_signed * stats.mean_signed) / (n - 1));
-        const double standard_error = std::sqrt(variance / n);
-        stats.bias_t = standard_error > 0 ? stats.mean_signed / standard_error : 0.0;
+        const double standard_error = std::sqrt(m2_error_ / (n - 1) / n);
+        if (standard_error > 0) stats.bias_t = stats.mean_signed / standard_error;
+        else if (stats.mean_signed != 0) stats.bias_t = std::copysign(std::numeric_limits<double>::infinity(), stats.mean_signed);
       }
       stats.p50 = percentile(0.5);
       stats.p99 = percentile(0.99);
@@ -107,7 +114,8 @@ class Accumulator {
   std::optional<double> bound_;
   TensorMetrics metrics_;
   std::vector<double> abs_errors_;
-  double sum_sq_error_ = 0, sum_sq_ref_ = 0, sum_error_ = 0;
+  double sum_sq_error_ = 0, sum_sq_ref_ = 0;
+  double mean_error_ = 0, m2_error_ = 0;
 };
 
 }  // namespace

@@ -206,6 +206,7 @@ Problem parse_problem(std::string_view line) {
     if (equals == std::string_view::npos)
       throw BadInput(std::string(token.substr(0, 32)), "expected key=value");
     const std::string key(token.substr(0, equals));
+    if (key.empty()) throw BadInput("line", fmt::format("'{}' has no key before '='", token.substr(0, 32)));
     if (!known.count(key)) throw BadInput(key, "unknown field");
     if (fields.count(key)) throw BadInput(key, "given twice");
     const std::string_view value = token.substr(equals + 1);

@@ -16,6 +16,8 @@ enum class Which : std::uint64_t { q = 1, k = 2, v = 3 };
 // Draws per element: a few independent counters per position.
 constexpr std::uint64_t kDrawsPerElement = 64;
 
+constexpr std::int64_t kParallelElements = 1 << 15;
+
 struct Generator {
   const Problem& p;
   CounterRng data;
@@ -82,7 +84,8 @@ struct Generator {
         return sigma * data.normal(base);
       }
       case ValueFamily::subnormal: {
-        const double lo = min_subnormal(p.dtype), hi = min_normal(p.dtype);
+        // The largest subnormal is min_normal - min_subnormal: rounding stays below min_normal.
+        const double lo = min_subnormal(p.dtype), hi = min_normal(p.dtype) - min_subnormal(p.dtype);
         const double magnitude = lo + (hi - lo) * data.uniform(base + 1);
         return data.uniform(base) < 0.5 ? -magnitude : magnitude;
       }
@@ -131,7 +134,9 @@ struct Generator {
 
   void fill(Which which, HostTensor& tensor) const {
     const std::int64_t rows = tensor.batch() * tensor.heads() * tensor.seqlen();
-#pragma omp parallel for schedule(static)
+    // Threads only pay off past a few thousand elements; below that, spinning
+    // up a team (and its busy-waiting) costs more than the work.
+#pragma omp parallel for schedule(static) if (tensor.size() > kParallelElements)
     for (std::int64_t row = 0; row < rows; ++row) {
       const std::int64_t s = row % tensor.seqlen();
       const std::int64_t h = (row / tensor.seqlen()) % tensor.heads();

@@ -54,7 +54,7 @@ AttentionRows cpu_lowp_rows(const Problem& p, const Inputs& in, const RowSet& ro
       keys.resize(static_cast<std::size_t>(lk * d));
       values.resize(static_cast<std::size_t>(lk * dv));
       bool values_finite = true;
-#pragma omp parallel for schedule(static) reduction(&& : values_finite)
+#pragma omp parallel for schedule(static) reduction(&& : values_finite) if (lk * (d + dv) > kParallelElements)
       for (std::int64_t j = 0; j < lk; ++j) {
         in.k.read_row(b, hk, j, keys.data() + j * d);
         in.v.read_row(b, hk, j, values.data() + j * dv);
@@ -65,7 +65,8 @@ AttentionRows cpu_lowp_rows(const Problem& p, const Inputs& in, const RowSet& ro
         }
       }
       const std::int64_t tasks = p.group_size() * blocks;
-#pragma omp parallel
+      const auto row_slots_count = static_cast<std::int64_t>(slots.size()) * p.group_size();
+#pragma omp parallel if (tasks > 1 && static_cast<std::int64_t>(row_slots_count) * lk * (d + dv) > kParallelWork)
       {
         std::vector<float> queries(static_cast<std::size_t>(kRowsPerBlock * d));
         std::vector<float> scores(static_cast<std::size_t>(kRowsPerBlock * lk));

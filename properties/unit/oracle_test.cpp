@@ -1,0 +1,378 @@
+// The CPU oracles on hand-computed cases, the mask conventions, GQA, padding,
+// zero lengths, non-finite inputs, and the judge's verdicts.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+#include <numbers>
+
+#include "core/values.hpp"
+#include "oracles/cpu_f64.hpp"
+#include "oracles/cpu_lowp.hpp"
+#include "oracles/judge.hpp"
+
+namespace flashcheck {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// A problem with f32 storage whose tensors the test fills by hand.
+Problem hand_problem(std::int64_t sq, std::int64_t skv, std::int64_t d, MaskKind mask = MaskKind::none) {
+  Problem p = make_problem(1, 1, 1, sq, skv, d, DType::f32, mask);
+  p.softmax_scale = 1.0;
+  return p;
+}
+
+Inputs zero_inputs(const Problem& p) {
+  return {HostTensor(p.dtype, p.layout, p.batch, p.heads_q, p.seqlen_q, p.head_dim),
+          HostTensor(p.dtype, p.layout, p.batch, p.heads_kv, p.seqlen_kv, p.head_dim),
+          HostTensor(p.dtype, p.layout, p.batch, p.heads_kv, p.seqlen_kv, p.head_dim_v)};
+}
+
+// Softmax-weighted average of values[keys] with logits[keys], by hand.
+double weighted(const std::vector<double>& logits, const std::vector<double>& values, const std::vector<int>& keys) {
+  double numerator = 0, denominator = 0;
+  for (int j : keys) {
+    numerator += std::exp(logits[j]) * values[j];
+    denominator += std::exp(logits[j]);
+  }
+  return numerator / denominator;
+}
+
+double log_sum_exp(const std::vector<double>& logits, const std::vector<int>& keys) {
+  double sum = 0;
+  for (int j : keys) sum += std::exp(logits[j]);
+  return std::log(sum);
+}
+
+TEST(CpuF64Test, TwoKeysByHand) {
+  // q = 1, k = (0, 1), v = (2, 4): weights 1/(1+e) and e/(1+e).
+  const Problem p = hand_problem(1, 2, 1);
+  Inputs in = zero_inputs(p);
+  in.q.set(0, 0, 0, 0, 1.0);
+  in.k.set(0, 0, 1, 0, 1.0);
+  in.v.set(0, 0, 0, 0, 2.0);
+  in.v.set(0, 0, 1, 0, 4.0);
+  const auto ref = cpu_f64_reference(p, in, all_rows(p));
+  const double e = std::numbers::e;
+  EXPECT_NEAR(ref.o[0], (2 + 4 * e) / (1 + e), 1e-15);
+  EXPECT_NEAR(ref.lse[0], std::log(1 + e), 1e-15);
+}
+
+TEST(CpuF64Test, ScaleMultipliesTheLogits) {
+  Problem p = hand_problem(1, 2, 2);
+  p.softmax_scale = 0.5;
+  Inputs in = zero_inputs(p);
+  in.q.set(0, 0, 0, 0, 2.0);
+  in.q.set(0, 0, 0, 1, 1.0);
+  in.k.set(0, 0, 0, 0, 1.0);  // logit 0.5 * 2 = 1
+  in.k.set(0, 0, 1, 1, 3.0);  // logit 0.5 * 3 = 1.5
+  in.v.set(0, 0, 0, 0, -1.0);
+  in.v.set(0, 0, 0, 1, 5.0);
+  in.v.set(0, 0, 1, 0, 3.0);
+  in.v.set(0, 0, 1, 1, 1.0);
+  const auto ref = cpu_f64_reference(p, in, all_rows(p));
+  EXPECT_NEAR(ref.o[0], weighted({1.0, 1.5}, {-1.0, 3.0}, {0, 1}), 1e-15);
+  EXPECT_NEAR(ref.o[1], weighted({1.0, 1.5}, {5.0, 1.0}, {0, 1}), 1e-15);
+  EXPECT_NEAR(ref.lse[0], log_sum_exp({1.0, 1.5}, {0, 1}), 1e-15);
+}
+
+// Query i has logit (i + 1) * (j + 1) / 8 against key j, and v_j = j.
+struct MaskCase {
+  std::int64_t sq, skv;
+  MaskKind mask;
+  std::int64_t left, right;
+  std::vector<std::vector<int>> visible;  // per query row, by hand from the spec
+};
+
+class MaskTest : public testing::TestWithParam<MaskCase> {};
+
+TEST_P(MaskTest, RowsSeeExactlyTheKeysOfTheSpec) {
+  const MaskCase& m = GetParam();
+  Problem p = hand_problem(m.sq, m.skv, 1, m.mask);
+  p.window_left = m.left;
+  p.window_right = m.right;
+  Inputs in = zero_inputs(p);
+  for (std::int64_t i = 0; i < m.sq; ++i) in.q.set(0, 0, i, 0, (i + 1) / 8.0);
+  std::vector<double> values;
+  for (std::int64_t j = 0; j < m.skv; ++j) {
+    in.k.set(0, 0, j, 0, j + 1.0);
+    in.v.set(0, 0, j, 0, static_cast<double>(j));
+    values.push_back(static_cast<double>(j));
+  }
+  {
+    CpuF64 oracle;
+    const auto ref = oracle.reference(p, in, all_rows(p));
+    for (std::int64_t i = 0; i < m.sq; ++i) {
+      std::vector<double> logits;
+      for (std::int64_t j = 0; j < m.skv; ++j) logits.push_back((i + 1) * (j + 1) / 8.0);
+      const auto& keys = m.visible[i];
+      if (keys.empty()) {
+        EXPECT_EQ(ref.o[i], 0.0) << "fully masked row " << i;
+        EXPECT_EQ(ref.lse[i], -kInf) << "fully masked row " << i;
+      } else {
+        EXPECT_NEAR(ref.o[i], weighted(logits, values, keys), 1e-14) << "row " << i;
+        EXPECT_NEAR(ref.lse[i], log_sum_exp(logits, keys), 1e-14) << "row " << i;
+      }
+    }
+    // The baseline has its own mask code: it must agree on the same spec.
+    const auto base = cpu_lowp_rows(p, in, all_rows(p), DType::f32);
+    for (std::int64_t i = 0; i < m.sq; ++i) {
+      if (m.visible[i].empty()) {
+        EXPECT_EQ(base.lse[i], -kInf);
+        EXPECT_EQ(base.o[i], 0.0);
+      } else {
+        EXPECT_NEAR(base.o[i], ref.o[i], 1e-5 * (1 + std::fabs(ref.o[i]))) << "row " << i;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Masks, MaskTest,
+    testing::Values(
+        // seqlen_q < seqlen_kv: top-left and bottom-right differ by the offset 1.
+        MaskCase{2, 3, MaskKind::causal_tl, -1, -1, {{0}, {0, 1}}},
+        MaskCase{2, 3, MaskKind::causal_br, -1, -1, {{0, 1}, {0, 1, 2}}},
+        // seqlen_q > seqlen_kv: bottom-right leaves the first row fully masked.
+        MaskCase{3, 2, MaskKind::causal_tl, -1, -1, {{0}, {0, 1}, {0, 1}}},
+        MaskCase{3, 2, MaskKind::causal_br, -1, -1, {{}, {0}, {0, 1}}},
+        MaskCase{3, 3, MaskKind::none, -1, -1, {{0, 1, 2}, {0, 1, 2}, {0, 1, 2}}},
+        // Sliding windows, bottom-right aligned.
+        MaskCase{4, 4, MaskKind::window, 1, 0, {{0}, {0, 1}, {1, 2}, {2, 3}}},
+        MaskCase{3, 5, MaskKind::window, 0, 1, {{2, 3}, {3, 4}, {4}}},
+        MaskCase{3, 3, MaskKind::window, 0, 0, {{0}, {1}, {2}}},
+        MaskCase{3, 3, MaskKind::window, -1, 0, {{0}, {0, 1}, {0, 1, 2}}},
+        MaskCase{3, 3, MaskKind::window, 100, 100, {{0, 1, 2}, {0, 1, 2}, {0, 1, 2}}},
+        // A window entirely left of a row's keys: fully masked rows.
+        MaskCase{4, 2, MaskKind::window, 0, 0, {{}, {}, {0}, {1}}}));
+
+TEST(CpuF64Test, NoKeysMeansEveryRowIsFullyMasked) {
+  const Problem p = make_problem(2, 2, 1, 5, 0, 8, DType::bf16);
+  const auto ref = cpu_f64_reference(p, generate_inputs(p), all_rows(p));
+  for (double o : ref.o) EXPECT_EQ(o, 0.0);
+  for (double lse : ref.lse) EXPECT_EQ(lse, -kInf);
+  const Problem no_queries = make_problem(1, 1, 1, 0, 4, 8, DType::bf16);
+  EXPECT_TRUE(cpu_f64_reference(no_queries, generate_inputs(no_queries), all_rows(no_queries)).o.empty());
+}
+
+TEST(CpuF64Test, GqaEqualsMhaWithRepeatedKeysAndValues) {
+  Problem gqa = make_problem(2, 8, 2, 19, 23, 16, DType::bf16, MaskKind::causal_br);
+  const Inputs in = generate_inputs(gqa);
+  Problem mha = gqa;
+  mha.heads_kv = 8;
+  Inputs repeated = in;
+  repeated.k = HostTensor(mha.dtype, mha.layout, 2, 8, 23, 16);
+  repeated.v = HostTensor(mha.dtype, mha.layout, 2, 8, 23, 16);
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int64_t h = 0; h < 8; ++h)
+      for (std::int64_t j = 0; j < 23; ++j)
+        for (std::int64_t c = 0; c < 16; ++c) {
+          repeated.k.set(b, h, j, c, in.k.get(b, h / 4, j, c));
+          repeated.v.set(b, h, j, c, in.v.get(b, h / 4, j, c));
+        }
+  const auto a = cpu_f64_reference(gqa, in, all_rows(gqa));
+  const auto b = cpu_f64_reference(mha, repeated, all_rows(mha));
+  EXPECT_EQ(a.o, b.o);
+  EXPECT_EQ(a.lse, b.lse);
+}
+
+TEST(CpuF64Test, PaddedEqualsTrimmed) {
+  Problem padded = make_problem(3, 2, 2, 9, 11, 8, DType::f16, MaskKind::causal_br);
+  padded.lens_q = {4, 9, 0};
+  padded.lens_kv = {11, 6, 3};
+  const Inputs in = generate_inputs(padded);
+  const auto ref = cpu_f64_reference(padded, in, all_rows(padded));
+  for (std::int64_t b = 0; b < padded.batch; ++b) {
+    Problem trimmed = padded;
+    trimmed.batch = 1;
+    trimmed.lens_q.clear();
+    trimmed.lens_kv.clear();
+    trimmed.seqlen_q = padded.lens_q[b];
+    trimmed.seqlen_kv = padded.lens_kv[b];
+    Inputs cut{HostTensor(trimmed.dtype, trimmed.layout, 1, 2, trimmed.seqlen_q, 8),
+               HostTensor(trimmed.dtype, trimmed.layout, 1, 2, trimmed.seqlen_kv, 8),
+               HostTensor(trimmed.dtype, trimmed.layout, 1, 2, trimmed.seqlen_kv, 8)};
+    for (std::int64_t h = 0; h < 2; ++h) {
+      for (std::int64_t i = 0; i < trimmed.seqlen_q; ++i)
+        for (std::int64_t c = 0; c < 8; ++c) cut.q.set(0, h, i, c, in.q.get(b, h, i, c));
+      for (std::int64_t j = 0; j < trimmed.seqlen_kv; ++j)
+        for (std::int64_t c = 0; c < 8; ++c) {
+          cut.k.set(0, h, j, c, in.k.get(b, h, j, c));
+          cut.v.set(0, h, j, c, in.v.get(b, h, j, c));
+        }
+    }
+    const auto small = cpu_f64_reference(trimmed, cut, all_rows(trimmed));
+    for (std::int64_t h = 0; h < 2; ++h)
+      for (std::int64_t i = 0; i < trimmed.seqlen_q; ++i) {
+        EXPECT_EQ(small.lse[small.index(0, h, i)], ref.lse[ref.index(b, h, i)]) << "b=" << b << " row " << i;
+        for (std::int64_t c = 0; c < 8; ++c) EXPECT_EQ(small.o_row(0, h, i)[c], ref.o_row(b, h, i)[c]);
+      }
+  }
+}
+
+TEST(CpuF64Test, LargestHeadDimsAreSupported) {
+  Problem p = make_problem(1, 1, 1, 3, 5, 576, DType::bf16);
+  p.head_dim_v = 512;
+  const Inputs in = generate_inputs(p);
+  const auto ref = cpu_f64_reference(p, in, all_rows(p));
+  for (std::int64_t i = 0; i < 3; ++i) {
+    std::vector<double> logits(5);
+    for (int j = 0; j < 5; ++j) {
+      double dot = 0;
+      for (int c = 0; c < 576; ++c) dot += in.q.get(0, 0, i, c) * in.k.get(0, 0, j, c);
+      logits[j] = p.softmax_scale * dot;
+    }
+    for (int c = 0; c < 512; c += 97) {
+      std::vector<double> column(5);
+      for (int j = 0; j < 5; ++j) column[j] = in.v.get(0, 0, j, c);
+      const double max_logit = *std::max_element(logits.begin(), logits.end());
+      std::vector<double> shifted(5);
+      for (int j = 0; j < 5; ++j) shifted[j] = logits[j] - max_logit;
+      EXPECT_NEAR(ref.o_row(0, 0, i)[c], weighted(shifted, column, {0, 1, 2, 3, 4}), 1e-12);
+    }
+  }
+}
+
+TEST(CpuF64Test, NonFiniteInputsFollowThePlainFormula) {
+  const Problem p = hand_problem(2, 3, 1, MaskKind::causal_tl);
+  Inputs in = zero_inputs(p);
+  in.q.set(0, 0, 0, 0, 1.0);
+  in.q.set(0, 0, 1, 0, 1.0);
+  in.k.set(0, 0, 1, 0, 0.5);
+  in.v.set(0, 0, 0, 0, 1.0);
+  in.v.set(0, 0, 1, 0, 2.0);
+  in.v.set(0, 0, 2, 0, std::numeric_limits<double>::quiet_NaN());  // key 2: masked for both rows
+  auto ref = cpu_f64_reference(p, in, all_rows(p));
+  EXPECT_EQ(ref.o[0], 1.0);  // row 0 sees key 0 only
+  EXPECT_TRUE(std::isfinite(ref.o[1])) << "a NaN at a masked key must not leak";
+  in.k.set(0, 0, 1, 0, std::numeric_limits<double>::infinity());  // +Inf logit seen by row 1
+  ref = cpu_f64_reference(p, in, all_rows(p));
+  EXPECT_EQ(ref.o[0], 1.0);
+  EXPECT_TRUE(std::isnan(ref.o[1]));
+  EXPECT_TRUE(std::isnan(ref.lse[1]));
+}
+
+TEST(CpuF64Test, IndependentOfTheThreadCount) {
+  const Problem p = make_problem(2, 4, 2, 300, 270, 64, DType::bf16, MaskKind::causal_tl);
+  const Inputs in = generate_inputs(p);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const auto one = cpu_f64_reference(p, in, all_rows(p));
+  omp_set_num_threads(std::max(2, threads));
+  const auto many = cpu_f64_reference(p, in, all_rows(p));
+  omp_set_num_threads(threads);
+  EXPECT_EQ(one.o, many.o);
+  EXPECT_EQ(one.lse, many.lse);
+}
+
+double normwise(const AttentionRows& got, const AttentionRows& want) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < want.o.size(); ++i) {
+    num += (got.o[i] - want.o[i]) * (got.o[i] - want.o[i]);
+    den += want.o[i] * want.o[i];
+  }
+  return std::sqrt(num / den);
+}
+
+TEST(CpuLowpTest, ErrorGrowsWithTheWorkingPrecision) {
+  Problem p = make_problem(1, 4, 4, 200, 333, 64, DType::f32, MaskKind::causal_br);
+  const Inputs in = generate_inputs(p);
+  const auto ref = cpu_f64_reference(p, in, all_rows(p));
+  const double f32 = normwise(cpu_lowp_rows(p, in, all_rows(p), DType::f32), ref);
+  const double f16 = normwise(cpu_lowp_rows(p, in, all_rows(p), DType::f16), ref);
+  const double bf16 = normwise(cpu_lowp_rows(p, in, all_rows(p), DType::bf16), ref);
+  EXPECT_GT(f32, 0.0);
+  EXPECT_LT(f32, 1e-6);
+  EXPECT_GT(f16, 10 * f32);
+  EXPECT_LT(f16, 2e-3);
+  EXPECT_GT(bf16, 4 * f16);
+  EXPECT_LT(bf16, 2e-2);
+}
+
+TEST(CpuLowpTest, SubjectRefusesProblemsOutsideItsDomain) {
+  Subject* subject = Registry::instance().find("cpu-lowp");
+  ASSERT_NE(subject, nullptr);
+  const Problem p = make_problem(1, 1, 1, 4, 4, 600, DType::bf16);
+  const RunResult result = subject->run(p, generate_inputs(p));
+  EXPECT_EQ(result.status, Status::unsupported);
+  EXPECT_NE(result.message.find("head_dim 600"), std::string::npos) << result.message;
+  EXPECT_EQ(result.outputs.o.size(), 0) << "unsupported must not produce outputs";
+}
+
+// A subject that runs cpu-lowp and then damages its output, for the judge.
+class DamagedLowp final : public CpuLowp {
+ public:
+  enum class Damage { scale_o, nan_at_one_position, drop_lse_sign };
+  explicit DamagedLowp(Damage damage) : damage_(damage) {}
+  std::string_view name() const override { return "damaged-lowp"; }
+  RunResult run(const Problem& problem, const Inputs& inputs) override {
+    RunResult result = CpuLowp::run(problem, inputs);
+    auto& o = result.outputs.o;
+    if (damage_ == Damage::scale_o)
+      for (std::int64_t i = 0; i < o.size(); ++i) o.store(i, o.load(i) * 1.05);
+    if (damage_ == Damage::nan_at_one_position) o.set(0, 0, problem.seqlen_q - 1, 0, std::nan(""));
+    if (damage_ == Damage::drop_lse_sign)
+      for (float& lse : result.outputs.lse) lse = std::fabs(lse);
+    return result;
+  }
+
+ private:
+  Damage damage_;
+};
+
+TEST(JudgeTest, CpuLowpPassesAndDamagedOutputsFail) {
+  const Problem p = parse_problem("b=1 hq=4 hkv=2 sq=64 skv=80 d=32 dtype=bf16 mask=causal_tl values=normal(0.5,1)");
+  CpuLowp lowp;
+  const CaseResult good = judge(lowp, p);
+  EXPECT_TRUE(good.passed()) << good.verdict.rule;
+  EXPECT_GT(good.baseline_metrics.o.errors.max_abs, 0.0) << "a bf16 baseline cannot be exact here";
+  EXPECT_GT(good.subject_metrics.o.errors.ref_rms, 0.0) << "the reference must not be all zeros";
+
+  DamagedLowp scaled(DamagedLowp::Damage::scale_o);
+  const CaseResult bad = judge(scaled, p);
+  EXPECT_FALSE(bad.passed());
+  EXPECT_NE(bad.verdict.rule.find("o.max_abs"), std::string::npos) << bad.verdict.rule;
+  EXPECT_GT(bad.subject_metrics.o.over_bound, 0);
+
+  DamagedLowp nan(DamagedLowp::Damage::nan_at_one_position);
+  const CaseResult census = judge(nan, p);
+  EXPECT_FALSE(census.passed());
+  EXPECT_NE(census.verdict.rule.find("census"), std::string::npos) << census.verdict.rule;
+  EXPECT_NE(census.verdict.rule.find("row=63"), std::string::npos) << census.verdict.rule;
+
+  DamagedLowp lse(DamagedLowp::Damage::drop_lse_sign);
+  Problem negative_lse = p;
+  // With one key, LSE is that key's logit: about half of the rows are negative.
+  negative_lse.values = ValueDist{ValueFamily::normal, {0.0, 1.0}};
+  negative_lse.seqlen_kv = 1;
+  const CaseResult lse_bad = judge(lse, negative_lse);
+  EXPECT_FALSE(lse_bad.passed());
+  EXPECT_NE(lse_bad.verdict.rule.find("lse"), std::string::npos) << lse_bad.verdict.rule;
+}
+
+TEST(JudgeTest, UnsupportedProblemsAreNotRun) {
+  CpuLowp lowp;
+  const CaseResult result = judge(lowp, make_problem(1, 1, 1, 4, 4, 577, DType::f16));
+  EXPECT_EQ(result.status, Status::unsupported);
+  EXPECT_FALSE(result.passed());
+  EXPECT_EQ(to_record(result)["verdict"], "unsupported");
+}
+
+TEST(JudgeTest, LargeProblemsAreCheckedOnSampledRows) {
+  CpuLowp lowp;
+  JudgeOptions options;
+  options.max_rows = 64;
+  const CaseResult result = judge(lowp, make_problem(1, 2, 2, 1000, 300, 16, DType::f16, MaskKind::causal_br), options);
+  EXPECT_TRUE(result.passed()) << result.verdict.rule;
+  EXPECT_GE(result.rows.size(), 64);
+  EXPECT_LT(result.rows.size(), 1000);
+  const auto record = to_record(result);
+  EXPECT_EQ(record["rows_checked"], result.rows.size());
+  EXPECT_EQ(record["verdict"], "pass");
+  EXPECT_EQ(record["reproducer"].get<std::string>().rfind("flashcheck run --subject cpu-lowp --problem '", 0), 0u);
+}
+
+}  // namespace
+}  // namespace flashcheck
