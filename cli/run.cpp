@@ -44,7 +44,8 @@ void print_case(const CaseResult& r) {
   fmt::print("  {:<16} {:>11.3e} {:>11.3e}\n", "o.p99", e.p99, be.p99);
   fmt::print("  {:<16} {:>11.3e} {:>11.3e}\n", "o.p99.9", e.p999, be.p999);
   fmt::print("  {:<16} {:>11.3e} {:>11.3e}\n", "o.normwise_rel", e.normwise_rel, be.normwise_rel);
-  fmt::print("  {:<16} {:>11.2f} {:>11.2f}\n", "o.max_ulp", e.max_ulp, be.max_ulp);
+  fmt::print("  {:<16} {:>11.2f} {:>11.2f}\n", "o.p99_ulp", e.p99_ulp, be.p99_ulp);
+  fmt::print("  {:<16} {:>11.2f} {:>11.2f}   (inf: a sign flip of a value near 0)\n", "o.max_ulp", e.max_ulp, be.max_ulp);
   fmt::print("  {:<16} {:>11.2f} {:>11.2f}   (|t| > 4: a systematic bias)\n", "o.bias_t", e.bias_t, be.bias_t);
   const auto& census = s.o.census;
   fmt::print("  NaN/Inf census: {} (subject {} NaN, {} Inf; oracle {} NaN, {} Inf){}\n",

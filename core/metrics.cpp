@@ -63,7 +63,9 @@ class Accumulator {
     m2_error_ += delta * (error - mean_error_);
     stats.ref_max_abs = std::max(stats.ref_max_abs, std::fabs(want));
     if (want != 0) stats.max_rel = std::max(stats.max_rel, abs_error / std::fabs(want));
-    stats.max_ulp = std::max(stats.max_ulp, ulp_distance(dtype_, got, want));
+    const double ulps = ulp_distance(dtype_, got, want);
+    stats.max_ulp = std::max(stats.max_ulp, ulps);
+    ulp_errors_.push_back(ulps);
     ++stats.histogram[histogram_bin(abs_error)];
     if (!stats.worst || abs_error > stats.worst->abs_error) stats.worst = Mismatch{at, got, want, abs_error};
     if (bound_ && abs_error > *bound_) {
@@ -87,9 +89,10 @@ class Accumulator {
         if (standard_error > 0) stats.bias_t = stats.mean_signed / standard_error;
         else if (stats.mean_signed != 0) stats.bias_t = std::copysign(std::numeric_limits<double>::infinity(), stats.mean_signed);
       }
-      stats.p50 = percentile(0.5);
-      stats.p99 = percentile(0.99);
-      stats.p999 = percentile(0.999);
+      stats.p50 = percentile(abs_errors_, 0.5);
+      stats.p99 = percentile(abs_errors_, 0.99);
+      stats.p999 = percentile(abs_errors_, 0.999);
+      stats.p99_ulp = percentile(ulp_errors_, 0.99);
     }
     return metrics_;
   }
@@ -102,18 +105,18 @@ class Accumulator {
   }
 
   // Nearest-rank percentile.
-  double percentile(double q) {
-    const auto n = abs_errors_.size();
+  static double percentile(std::vector<double>& values, double q) {
+    const auto n = values.size();
     const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(n)));
     const auto index = std::min(n - 1, rank == 0 ? 0 : rank - 1);
-    std::nth_element(abs_errors_.begin(), abs_errors_.begin() + static_cast<std::ptrdiff_t>(index), abs_errors_.end());
-    return abs_errors_[index];
+    std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(index), values.end());
+    return values[index];
   }
 
   DType dtype_;
   std::optional<double> bound_;
   TensorMetrics metrics_;
-  std::vector<double> abs_errors_;
+  std::vector<double> abs_errors_, ulp_errors_;
   double sum_sq_error_ = 0, sum_sq_ref_ = 0;
   double mean_error_ = 0, m2_error_ = 0;
 };

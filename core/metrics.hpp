@@ -40,7 +40,8 @@ struct ErrorStats {
   double rmse = 0;
   double p50 = 0, p99 = 0, p999 = 0;  // percentiles of |err|
   double normwise_rel = 0;            // ||got - ref||_2 / ||ref||_2
-  double max_ulp = 0;                 // in the output dtype
+  double max_ulp = 0;                 // in the output dtype (a sign flip near 0 is +inf)
+  double p99_ulp = 0;                 // the typical worst case, robust to such flips
   double mean_signed = 0;             // mean of got - ref
   double bias_t = 0;                  // t statistic of mean_signed (|t| > 4: biased)
   double ref_max_abs = 0;             // scale of the reference, for the noise floor

@@ -33,6 +33,7 @@ nlohmann::json to_json(const ErrorStats& s) {
                       {"p999", number(s.p999)},
                       {"normwise_rel", number(s.normwise_rel)},
                       {"max_ulp", number(s.max_ulp)},
+                      {"p99_ulp", number(s.p99_ulp)},
                       {"mean_signed", number(s.mean_signed)},
                       {"bias_t", number(s.bias_t)},
                       {"ref_max_abs", number(s.ref_max_abs)},

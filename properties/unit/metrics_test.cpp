@@ -165,6 +165,18 @@ TEST(MetricsTest, MaxUlpIsInTheOutputDtype) {
   EXPECT_EQ(rows.compare(DType::f32).o.errors.max_ulp, 65536.0);
 }
 
+TEST(MetricsTest, P99UlpIgnoresASingleSignFlip) {
+  // 199 elements one bf16 ULP off, and one near-zero element whose sign flips.
+  RowsPair rows(make_problem(1, 1, 1, 1, 1, 200, DType::bf16));
+  rows.fill(1.0);
+  for (int c = 0; c < 199; ++c) rows.got_o(0, 0, 0, c) = 1.0 + 0x1p-7;
+  rows.want_o(0, 0, 0, 199) = 1e-6;
+  rows.got_o(0, 0, 0, 199) = -1e-6;
+  const ErrorStats e = rows.compare(DType::bf16).o.errors;
+  EXPECT_EQ(e.max_ulp, std::numeric_limits<double>::infinity());
+  EXPECT_EQ(e.p99_ulp, 1.0);
+}
+
 TEST(MetricsTest, ConstantOffsetWithNoiseIsBiased) {
   RowsPair rows(make_problem(1, 1, 1, 10, 10, 100, DType::bf16));
   rows.fill(0.75);
