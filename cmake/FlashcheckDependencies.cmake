@@ -1,9 +1,15 @@
 # Every dependency comes through find_package. A missing required one stops
-# configuration with one line naming the package that provides it.
+# configuration with one line naming the package that provides it (printed as
+# a NOTICE, which CMake neither wraps nor decorates, then a short FATAL_ERROR).
+function(flashcheck_missing name debian_package)
+  message(NOTICE "flashcheck: missing dependency ${name}: install the Debian package '${debian_package}' (scripts/setup does this)")
+  message(FATAL_ERROR "flashcheck: configuration stopped (missing ${name})")
+endfunction()
+
 function(flashcheck_require name debian_package)
   find_package(${name} ${ARGN} QUIET)
   if(NOT ${name}_FOUND)
-    message(FATAL_ERROR "flashcheck: missing dependency ${name}: install the Debian package '${debian_package}' (scripts/setup does this)")
+    flashcheck_missing(${name} ${debian_package})
   endif()
 endfunction()
 
@@ -20,11 +26,11 @@ if(NOT BLAS_FOUND)
   find_package(BLAS QUIET)
 endif()
 if(NOT BLAS_FOUND)
-  message(FATAL_ERROR "flashcheck: missing dependency BLAS: install the Debian package 'libopenblas-dev' (scripts/setup does this)")
+  flashcheck_missing(BLAS libopenblas-dev)
 endif()
 find_path(CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas openblas-pthread x86_64-linux-gnu/openblas-pthread)
 if(NOT CBLAS_INCLUDE_DIR)
-  message(FATAL_ERROR "flashcheck: missing dependency CBLAS header cblas.h: install the Debian package 'libopenblas-dev' (scripts/setup does this)")
+  flashcheck_missing("CBLAS (cblas.h)" libopenblas-dev)
 endif()
 include(CheckSymbolExists)
 set(CMAKE_REQUIRED_LIBRARIES ${BLAS_LIBRARIES})
