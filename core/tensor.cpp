@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <set>
 
 #include "core/random.hpp"
@@ -32,6 +33,13 @@ void HostTensor::read_row(std::int64_t b, std::int64_t h, std::int64_t s, float*
     // f16 and bf16 values are exact in f32.
     for (std::int64_t c = 0; c < dim_; ++c) out[c] = static_cast<float>(half_bits_to_double(dtype_, half_[base + c]));
   }
+}
+
+bool HostTensor::operator==(const HostTensor& other) const {
+  if (dtype_ != other.dtype_ || layout_ != other.layout_ || batch_ != other.batch_ || heads_ != other.heads_ ||
+      seqlen_ != other.seqlen_ || dim_ != other.dim_)
+    return false;
+  return std::memcmp(data(), other.data(), static_cast<std::size_t>(bytes())) == 0;
 }
 
 void HostTensor::poison() {

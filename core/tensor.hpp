@@ -55,7 +55,9 @@ class HostTensor {
     return dtype_ == DType::f32 ? static_cast<const void*>(single_.data()) : static_cast<const void*>(half_.data());
   }
 
-  bool operator==(const HostTensor& other) const = default;  // bitwise
+  /// Bitwise equality of dtype, layout, shape and storage (NaN payloads included),
+  /// as the determinism check needs.
+  bool operator==(const HostTensor& other) const;
 
  private:
   DType dtype_ = DType::f32;

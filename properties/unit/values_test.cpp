@@ -48,6 +48,15 @@ TEST(ValuesTest, IndependentOfTheThreadCount) {
   omp_set_num_threads(threads);
 }
 
+TEST(ValuesTest, TensorEqualityIsBitwise) {
+  const Problem p = problem_with(ValueFamily::nan_inf, {0.05}, DType::f32);
+  const Inputs a = generate_inputs(p);
+  EXPECT_TRUE(a.q == generate_inputs(p).q) << "NaN payloads must compare equal bit for bit";
+  HostTensor zero(DType::f32, Layout::bhsd, 1, 1, 1, 1), negative_zero = zero;
+  negative_zero.store(0, -0.0);
+  EXPECT_FALSE(zero == negative_zero) << "+0 and -0 differ in their bits";
+}
+
 TEST(ValuesTest, IndependentOfTheLayout) {
   Problem p = problem_with(ValueFamily::normal, {0.5, 1});
   const Inputs bhsd = generate_inputs(p);
