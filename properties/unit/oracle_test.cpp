@@ -11,6 +11,7 @@
 #include "oracles/cpu_f64.hpp"
 #include "oracles/cpu_lowp.hpp"
 #include "oracles/judge.hpp"
+#include "oracles/kokkos/kokkos_reference.hpp"
 
 namespace flashcheck {
 namespace {
@@ -372,6 +373,65 @@ TEST(JudgeTest, LargeProblemsAreCheckedOnSampledRows) {
   EXPECT_EQ(record["rows_checked"], result.rows.size());
   EXPECT_EQ(record["verdict"], "pass");
   EXPECT_EQ(record["reproducer"].get<std::string>().rfind("flashcheck run --subject cpu-lowp --problem '", 0), 0u);
+}
+
+}  // namespace
+}  // namespace flashcheck
+
+namespace flashcheck {
+namespace {
+
+TEST(KokkosTest, ATileOfMinusInfinityLogitsWeighsZero) {
+  if (!kokkos_available()) GTEST_SKIP() << "Kokkos not built";
+  // Key 0's logit is -inf for row 0 (k = -inf, q = 1) and finite keys follow:
+  // the plain formula gives key 0 weight 0. A one-key tile holding only that
+  // key must not turn the row into NaN (exp(-inf - -inf)).
+  Problem p = make_problem(1, 1, 1, 2, 3, 1, DType::f32);
+  p.softmax_scale = 1;
+  Inputs in = zero_inputs(p);
+  in.q.set(0, 0, 0, 0, 1.0);
+  in.q.set(0, 0, 1, 0, -1.0);  // row 1: key 0's logit is +inf: NaN by the plain formula
+  in.k.set(0, 0, 0, 0, -std::numeric_limits<double>::infinity());
+  in.k.set(0, 0, 1, 0, 1.0);
+  in.k.set(0, 0, 2, 0, 2.0);
+  for (std::int64_t j = 0; j < 3; ++j) in.v.set(0, 0, j, 0, j + 1.0);
+  const auto plain = cpu_f64_reference(p, in, all_rows(p));
+  for (std::int64_t tile : {1, 2, 64}) {
+    const auto online = kokkos_reference(p, in, all_rows(p), Accumulation::f64, {1, tile});
+    EXPECT_NEAR(online.o[0], plain.o[0], 1e-15) << "tile " << tile;
+    EXPECT_NEAR(online.lse[0], plain.lse[0], 1e-15) << "tile " << tile;
+    EXPECT_TRUE(std::isnan(online.o[1]) && std::isnan(plain.o[1])) << "tile " << tile;
+  }
+  // Every visible logit -inf: both give the plain formula's NaN.
+  in.k.set(0, 0, 1, 0, -std::numeric_limits<double>::infinity());
+  in.k.set(0, 0, 2, 0, -std::numeric_limits<double>::infinity());
+  const auto all_minus_inf = kokkos_reference(p, in, all_rows(p), Accumulation::f64, {1, 1});
+  const auto plain_minus_inf = cpu_f64_reference(p, in, all_rows(p));
+  EXPECT_TRUE(std::isnan(all_minus_inf.o[0]) && std::isnan(plain_minus_inf.o[0]));
+  EXPECT_TRUE(std::isnan(all_minus_inf.lse[0]) && std::isnan(plain_minus_inf.lse[0]));
+}
+
+TEST(KokkosTest, FloatAccumulationFollowsTheTileOrder) {
+  if (!kokkos_available()) GTEST_SKIP() << "Kokkos not built";
+  const Problem p = make_problem(1, 2, 2, 64, 300, 64, DType::f32, MaskKind::causal_br);
+  const Inputs in = generate_inputs(p);
+  const auto exact = cpu_f64_reference(p, in, all_rows(p));
+  const auto tile16 = kokkos_reference(p, in, all_rows(p), Accumulation::f32, {16, 16});
+  const auto tile64 = kokkos_reference(p, in, all_rows(p), Accumulation::f32, {16, 64});
+  const double error16 = normwise(tile16, exact), error64 = normwise(tile64, exact);
+  EXPECT_GT(error16, 1e-9) << "f32 accumulation cannot be exact here";
+  EXPECT_LT(error16, 1e-5);
+  EXPECT_LT(error64, 1e-5);
+  EXPECT_NE(tile16.o, tile64.o) << "the key tile must change the f32 arithmetic order";
+  EXPECT_LT(normwise(kokkos_reference(p, in, all_rows(p), Accumulation::f64, {16, 16}), exact), 1e-14);
+}
+
+TEST(KokkosTest, RejectsImpossibleTiles) {
+  if (!kokkos_available()) GTEST_SKIP() << "Kokkos not built";
+  const Problem p = make_problem(1, 1, 1, 4, 4, 8, DType::f32);
+  const Inputs in = generate_inputs(p);
+  EXPECT_THROW(kokkos_reference(p, in, all_rows(p), Accumulation::f64, {16, 0}), std::invalid_argument);
+  EXPECT_THROW(kokkos_reference(p, in, all_rows(p), Accumulation::f64, {16, 4096}), std::invalid_argument);
 }
 
 }  // namespace

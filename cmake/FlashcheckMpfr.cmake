@@ -1,0 +1,15 @@
+# MPFR is optional: it checks the f64 oracles' own accuracy. Sets
+# FLASHCHECK_HAVE_MPFR and the target flashcheck::mpfr.
+set(FLASHCHECK_HAVE_MPFR OFF)
+find_path(MPFR_INCLUDE_DIR mpfr.h)
+find_library(MPFR_LIBRARY mpfr)
+find_library(GMP_LIBRARY gmp)
+if(MPFR_INCLUDE_DIR AND MPFR_LIBRARY AND GMP_LIBRARY)
+  add_library(flashcheck::mpfr INTERFACE IMPORTED)
+  target_include_directories(flashcheck::mpfr INTERFACE ${MPFR_INCLUDE_DIR})
+  target_link_libraries(flashcheck::mpfr INTERFACE ${MPFR_LIBRARY} ${GMP_LIBRARY})
+  set(FLASHCHECK_HAVE_MPFR ON)
+  message(STATUS "flashcheck: MPFR found: the oracles' accuracy is checked at 256 bits")
+else()
+  message(STATUS "flashcheck: MPFR not found (install libmpfr-dev): the oracle-accuracy tests are skipped")
+endif()

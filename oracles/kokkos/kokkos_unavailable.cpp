@@ -1,0 +1,16 @@
+// The Kokkos reference in a build without Kokkos: it reports itself absent.
+#include <stdexcept>
+
+#include "oracles/kokkos/kokkos_reference.hpp"
+
+namespace flashcheck {
+
+bool kokkos_available() { return false; }
+
+std::string kokkos_description() { return "not built (Kokkos not found at configure time)"; }
+
+AttentionRows kokkos_reference(const Problem&, const Inputs&, const RowSet&, Accumulation, KokkosTiling) {
+  throw std::runtime_error("the Kokkos reference is not built: install libtrilinos-kokkos-dev or set Kokkos_ROOT");
+}
+
+}  // namespace flashcheck
