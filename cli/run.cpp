@@ -22,11 +22,6 @@ struct RunOptions {
   bool quiet = false;
 };
 
-std::string format_position(const Position& at) {
-  return at.column < 0 ? fmt::format("(b={}, h={}, row={}, lse)", at.b, at.h, at.row)
-                       : fmt::format("(b={}, h={}, row={}, col={})", at.b, at.h, at.row, at.column);
-}
-
 void print_case(const CaseResult& r) {
   const auto& s = r.subject_metrics;
   const auto& base = r.baseline_metrics;
@@ -52,20 +47,8 @@ void print_case(const CaseResult& r) {
              census.mismatches == 0 ? "agrees" : fmt::format("{} position(s) differ", census.mismatches), census.got_nan,
              census.got_pos_inf + census.got_neg_inf, census.want_nan, census.want_pos_inf + census.want_neg_inf,
              s.has_lse && s.lse.census.mismatches ? fmt::format("; LSE: {} differ", s.lse.census.mismatches) : "");
-  if (!r.verdict.pass) {
-    const auto total = static_cast<double>(std::max<std::int64_t>(e.count, 1));
-    if (s.o.first_over_bound)
-      fmt::print("  first over bound: {} got {:.6g} want {:.6g}; {} of {} elements over bound ({:.3f}%)\n",
-                 format_position(s.o.first_over_bound->at), s.o.first_over_bound->got, s.o.first_over_bound->want,
-                 s.o.over_bound, e.count, 100.0 * s.o.over_bound / total);
-    if (e.worst)
-      fmt::print("  worst:            {} got {:.6g} want {:.6g} (|err| {:.3e})\n", format_position(e.worst->at),
-                 e.worst->got, e.worst->want, e.worst->abs_error);
-    if (s.has_lse && s.lse.errors.worst)
-      fmt::print("  worst LSE:        {} got {:.6g} want {:.6g}\n", format_position(s.lse.errors.worst->at),
-                 s.lse.errors.worst->got, s.lse.errors.worst->want);
-  }
-  fmt::print("  verdict: {} -- {}\n", r.verdict.pass ? "PASS" : "FAIL", r.verdict.rule);
+  if (r.verdict.pass) fmt::print("  verdict: PASS -- {}\n", r.verdict.rule);
+  else fmt::print("{}", explain(r));
 }
 
 std::vector<std::pair<std::string, Problem>> read_problems(const RunOptions& options) {
@@ -123,8 +106,7 @@ int run_cases(const RunOptions& options) {
       if (!options.quiet || !result.passed()) {
         fmt::print("\n== {}  {}\n", subject->name(), to_line(problem));
         if (result.ran()) print_case(result);
-        else fmt::print("  verdict: FAIL -- subject returned {}: {}\n", to_string(result.status), result.message);
-        if (!result.passed()) fmt::print("  replay: {}\n", result.reproducer());
+        else fmt::print("  verdict: FAIL -- subject returned {}\n{}", to_string(result.status), explain(result));
       } else {
         fmt::print("PASS  {:<12} {}\n", subject->name(), to_line(problem));
       }

@@ -32,6 +32,7 @@ const std::vector<FamilyInfo>& families() {
       {ValueFamily::dominant, "dominant", {30.0}},
       {ValueFamily::late_max, "late_max", {64.0, 8.0}},
       {ValueFamily::nan_inf, "nan_inf", {0.001}},
+      {ValueFamily::offset, "offset", {-60000.0}},
   };
   return table;
 }

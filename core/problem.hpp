@@ -43,6 +43,7 @@ enum class ValueFamily : std::uint8_t {
   dominant,       // dominant(gap): one key per (batch, head) wins every row by `gap` logits
   late_max,       // late_max(tile, gap): the row maximum arrives only in the last key tile
   nan_inf,        // nan_inf(p): normal(0.5,1) with NaN/+Inf/-Inf injected at rate p
+  offset,         // offset(logit): every logit moved by `logit` (e.g. -6e4, below a -5e4 mask sentinel)
 };
 
 std::string_view to_string(ValueFamily family);

@@ -27,6 +27,11 @@ std::optional<std::string> unsupported_reason(const Capabilities& caps, const Pr
     return fmt::format("seqlen_q {} is not a multiple of {}", p.seqlen_q, caps.seqlen_q_multiple);
   if (p.seqlen_kv % caps.seqlen_kv_multiple != 0)
     return fmt::format("seqlen_kv {} is not a multiple of {}", p.seqlen_kv, caps.seqlen_kv_multiple);
+  if (!caps.empty_sequences) {
+    bool empty = p.seqlen_q == 0 || p.seqlen_kv == 0;
+    for (std::int64_t b = 0; b < p.batch; ++b) empty = empty || p.len_q(b) == 0 || p.len_kv(b) == 0;
+    if (empty) return std::string("empty sequences are not supported");
+  }
   if (p.seqlen_q > caps.max_seqlen_q) return fmt::format("seqlen_q {} is above {}", p.seqlen_q, caps.max_seqlen_q);
   if (p.seqlen_kv > caps.max_seqlen_kv) return fmt::format("seqlen_kv {} is above {}", p.seqlen_kv, caps.max_seqlen_kv);
   return std::nullopt;
@@ -77,19 +82,24 @@ Registry& Registry::instance() {
   return registry;
 }
 
-void Registry::add(std::function<std::unique_ptr<Subject>()> factory) { factories_.push_back(std::move(factory)); }
+void Registry::add(Factory factory, Kind kind) {
+  (kind == Kind::subject ? subjects_ : mutants_).factories.push_back(std::move(factory));
+}
 
-const std::vector<Subject*>& Registry::subjects() {
-  while (owned_.size() < factories_.size()) {
-    owned_.push_back(factories_[owned_.size()]());
-    view_.push_back(owned_.back().get());
+const std::vector<Subject*>& Registry::materialise(Kind kind) {
+  List& list = kind == Kind::subject ? subjects_ : mutants_;
+  while (list.owned.size() < list.factories.size()) {
+    list.owned.push_back(list.factories[list.owned.size()]());
+    list.view.push_back(list.owned.back().get());
   }
-  return view_;
+  return list.view;
 }
 
 Subject* Registry::find(std::string_view name) {
   for (Subject* subject : subjects())
     if (subject->name() == name) return subject;
+  for (Subject* mutant : mutants())
+    if (mutant->name() == name) return mutant;
   return nullptr;
 }
 

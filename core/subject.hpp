@@ -57,6 +57,11 @@ struct Capabilities {
   std::int64_t seqlen_kv_multiple = 1;
   std::int64_t max_seqlen_q = std::numeric_limits<std::int32_t>::max();
   std::int64_t max_seqlen_kv = std::numeric_limits<std::int32_t>::max();
+  bool empty_sequences = true;  // seqlen 0 and per-sequence length 0 accepted
+  /// The subject's tile sizes: not constraints, but where generators put the
+  /// edge cases (lengths at tile - 1, tile, tile + 1; maxima in the last tile).
+  std::int64_t tile_q = 64;
+  std::int64_t tile_kv = 64;
   /// Needs a CUDA device; the minimum compute capability (major*10+minor).
   bool needs_gpu = false;
   int min_compute_capability = 0;
@@ -103,19 +108,31 @@ class Subject {
   virtual RunResult run(const Problem& problem, const Inputs& inputs) = 0;
 };
 
-/// The process-wide list of subjects, filled by static SubjectRegistration objects.
+/// The process-wide lists of subjects and of mutants (deliberately broken
+/// subjects that the test suite must catch), filled by static registration
+/// objects and constructed on first use, in registration order.
 class Registry {
  public:
+  enum class Kind { subject, mutant };
+  using Factory = std::function<std::unique_ptr<Subject>()>;
+
   static Registry& instance();
-  void add(std::function<std::unique_ptr<Subject>()> factory);
-  /// Every registered subject, in registration order (constructed on first use).
-  const std::vector<Subject*>& subjects();
+  void add(Factory factory, Kind kind = Kind::subject);
+  /// The subjects under test (mutants excluded).
+  const std::vector<Subject*>& subjects() { return materialise(Kind::subject); }
+  /// The mutants, in builds that link kernels/mutants.
+  const std::vector<Subject*>& mutants() { return materialise(Kind::mutant); }
+  /// A subject or mutant by name.
   Subject* find(std::string_view name);
 
  private:
-  std::vector<std::function<std::unique_ptr<Subject>()>> factories_;
-  std::vector<std::unique_ptr<Subject>> owned_;
-  std::vector<Subject*> view_;
+  struct List {
+    std::vector<Factory> factories;
+    std::vector<std::unique_ptr<Subject>> owned;
+    std::vector<Subject*> view;
+  };
+  const std::vector<Subject*>& materialise(Kind kind);
+  List subjects_, mutants_;
 };
 
 /// Registers a subject type at static-initialisation time:
@@ -124,6 +141,13 @@ template <typename SubjectType>
 struct SubjectRegistration {
   SubjectRegistration() {
     Registry::instance().add([] { return std::make_unique<SubjectType>(); });
+  }
+};
+
+/// Registers a mutant: a factory for one deliberately broken subject.
+struct MutantRegistration {
+  explicit MutantRegistration(Registry::Factory factory) {
+    Registry::instance().add(std::move(factory), Registry::Kind::mutant);
   }
 };
 

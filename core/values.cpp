@@ -110,6 +110,15 @@ struct Generator {
         const bool wins = late ? s >= p.len_kv(b) - static_cast<std::int64_t>(prm[0]) : s == dominant_key(b, h);
         return wins ? gap / p.softmax_scale : 0.0;
       }
+      case ValueFamily::offset: {
+        if (which == Which::v) return normal(base, 0.5, 1.0);
+        // The first n components carry the offset: q_c = 1 and k_c = offset / (n
+        // scale), the same for every key, so every logit moves by the offset
+        // (n up to 16 keeps k_c within f16's range for offsets near -6e4).
+        const std::int64_t n = std::min<std::int64_t>(p.head_dim, 16);
+        if (c >= n) return 0.5 * data.normal(base);
+        return which == Which::q ? 1.0 : prm[0] / (static_cast<double>(n) * p.softmax_scale);
+      }
       case ValueFamily::nan_inf: {
         const double u = data.uniform(base + 1);
         if (u < prm[0] || forced_special(which, b, h, s, c)) {

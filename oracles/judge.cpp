@@ -24,6 +24,24 @@ std::string CaseResult::reproducer() const {
 
 CaseResult judge(Subject& subject, const Problem& problem, const JudgeOptions& options) {
   validate(problem);
+  if (auto reason = unsupported_reason(subject.capabilities(), problem)) {
+    CaseResult result;
+    result.problem = problem;
+    result.subject = std::string(subject.name());
+    result.status = Status::unsupported;
+    result.message = *reason;
+    return result;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const Inputs inputs = generate_inputs(problem);
+  const double inputs_ms = elapsed_ms(start);
+  CaseResult result = judge(subject, problem, inputs, options);
+  result.inputs_ms = inputs_ms;
+  return result;
+}
+
+CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs, const JudgeOptions& options) {
+  validate(problem);
   CaseResult result;
   result.problem = problem;
   result.subject = std::string(subject.name());
@@ -36,10 +54,6 @@ CaseResult judge(Subject& subject, const Problem& problem, const JudgeOptions& o
   }
 
   auto start = std::chrono::steady_clock::now();
-  const Inputs inputs = generate_inputs(problem);
-  result.inputs_ms = elapsed_ms(start);
-
-  start = std::chrono::steady_clock::now();
   RunResult run = subject.run(problem, inputs);
   result.subject_ms = elapsed_ms(start);
   result.status = run.status;
@@ -61,7 +75,44 @@ CaseResult judge(Subject& subject, const Problem& problem, const JudgeOptions& o
   const AttentionRows got = gather_rows(problem, run.outputs, result.rows);
   result.subject_metrics = compare(problem, got, reference, problem.dtype, bounds);
   result.verdict = decide(result.subject_metrics, result.baseline_metrics, problem.dtype);
+  if (options.keep_outputs) {
+    result.outputs = std::move(run.outputs);
+    result.reference = reference;
+  }
   return result;
+}
+
+namespace {
+
+std::string where(const Position& at) {
+  return at.column < 0 ? fmt::format("(b={}, h={}, row={}, lse)", at.b, at.h, at.row)
+                       : fmt::format("(b={}, h={}, row={}, col={})", at.b, at.h, at.row, at.column);
+}
+
+}  // namespace
+
+std::string explain(const CaseResult& r) {
+  std::string text = fmt::format("subject {} on '{}'\n", r.subject, to_line(r.problem));
+  if (!r.ran()) return text + fmt::format("  status {}: {}\n  replay: {}\n", to_string(r.status), r.message, r.reproducer());
+  text += fmt::format("  verdict: {} -- {}\n", r.verdict.pass ? "pass" : "FAIL", r.verdict.rule);
+  for (const TensorMetrics* tensor : {&r.subject_metrics.o, &r.subject_metrics.lse}) {
+    if (tensor == &r.subject_metrics.lse && !r.subject_metrics.has_lse) continue;
+    const char* name = tensor == &r.subject_metrics.o ? "O" : "LSE";
+    if (tensor->census.first_mismatch)
+      text += fmt::format("  {} NaN/Inf census: {} position(s) differ; first {} got {} want {}\n", name,
+                          tensor->census.mismatches, where(tensor->census.first_mismatch->at),
+                          tensor->census.first_mismatch->got, tensor->census.first_mismatch->want);
+    if (tensor->first_over_bound)
+      text += fmt::format("  {} first over bound: {} got {:.6g} want {:.6g}; {} of {} over bound ({:.3f}%)\n", name,
+                          where(tensor->first_over_bound->at), tensor->first_over_bound->got,
+                          tensor->first_over_bound->want, tensor->over_bound, tensor->errors.count,
+                          100.0 * static_cast<double>(tensor->over_bound) /
+                              static_cast<double>(std::max<std::int64_t>(tensor->errors.count, 1)));
+    if (tensor->errors.worst)
+      text += fmt::format("  {} worst: {} got {:.6g} want {:.6g} (|err| {:.3e})\n", name, where(tensor->errors.worst->at),
+                          tensor->errors.worst->got, tensor->errors.worst->want, tensor->errors.worst->abs_error);
+  }
+  return text + fmt::format("  replay: {}\n", r.reproducer());
 }
 
 nlohmann::json to_record(const CaseResult& r) {

@@ -17,6 +17,8 @@ struct JudgeOptions {
   /// this, otherwise a sample of this size (first/last rows and tile edges always in).
   std::int64_t max_rows = 1024;
   std::uint64_t row_seed = 0;
+  /// Keep the subject's outputs in the result (for metamorphic comparisons).
+  bool keep_outputs = false;
 };
 
 /// Everything one case produced.
@@ -31,6 +33,8 @@ struct CaseResult {
   CaseMetrics baseline_metrics;     // cpu_lowp vs cpu_f64
   Verdict verdict;
   double inputs_ms = 0, subject_ms = 0, oracle_ms = 0, baseline_ms = 0;
+  Outputs outputs;                  // with JudgeOptions::keep_outputs
+  AttentionRows reference;          // with JudgeOptions::keep_outputs
 
   bool ran() const { return status == Status::ok; }
   bool passed() const { return ran() && verdict.pass; }
@@ -40,6 +44,13 @@ struct CaseResult {
 
 /// Judges one case. Throws BadInput for an invalid problem.
 CaseResult judge(Subject& subject, const Problem& problem, const JudgeOptions& options = {});
+/// Judges one case on given inputs (transformed inputs for metamorphic checks).
+CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs, const JudgeOptions& options = {});
+
+/// A failed case explained: the problem line, the rule that decided, the
+/// first element over the bound, the worst element, the share over the bound,
+/// and the replay command. Several lines.
+std::string explain(const CaseResult& result);
 
 /// The case's record (one JSON Lines object).
 nlohmann::json to_record(const CaseResult& result);
