@@ -33,103 +33,87 @@ void allowed_keys(const Problem& p, std::int64_t i, std::int64_t lq, std::int64_
   end = std::max(end, begin);
 }
 
-constexpr std::int64_t kRowsPerBlock = 64;
+// out[n] += x * row[n] for n in [0, count): one step of many sequential sums at
+// once. Vectorized across n only, so every out[n] is accumulated in exactly the
+// textbook order, one rounding per product and per addition (no FMA: ISO C++
+// mode compiles with -ffp-contract=off, and the clones keep that).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void accumulate(float* out, const float* row, float x,
+                                                                           std::int64_t count) {
+#pragma omp simd
+  for (std::int64_t n = 0; n < count; ++n) out[n] += x * row[n];
+}
+
+constexpr std::int64_t kRowsPerTask = 16;
 
 }  // namespace
 
 AttentionRows cpu_lowp_rows(const Problem& p, const Inputs& in, const RowSet& rows, DType working) {
   AttentionRows out(p, rows);
-  use_single_threaded_blas();
   const std::int64_t d = p.head_dim, dv = p.head_dim_v;
   const auto scale = static_cast<float>(p.softmax_scale);
-  std::vector<float> keys, values;
+  std::vector<float> keys_transposed, values;  // K^T [d][lk] and V [lk][dv], rounded to `working`
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const std::int64_t lq = p.len_q(b), lk = p.len_kv(b);
     std::vector<std::int64_t> slots;
     for (std::int64_t r = 0; r < rows.size(); ++r)
       if (rows.rows[r] < lq) slots.push_back(r);
     if (slots.empty() || lk == 0) continue;
-    const auto blocks = (static_cast<std::int64_t>(slots.size()) + kRowsPerBlock - 1) / kRowsPerBlock;
+    const auto tasks_per_head = (static_cast<std::int64_t>(slots.size()) + kRowsPerTask - 1) / kRowsPerTask;
     for (std::int64_t hk = 0; hk < p.heads_kv; ++hk) {
-      keys.resize(static_cast<std::size_t>(lk * d));
+      keys_transposed.resize(static_cast<std::size_t>(d * lk));
       values.resize(static_cast<std::size_t>(lk * dv));
-      bool values_finite = true;
-#pragma omp parallel for schedule(static) reduction(&& : values_finite) if (lk * (d + dv) > kParallelElements)
+#pragma omp parallel for schedule(static) if (lk * (d + dv) > kParallelElements)
       for (std::int64_t j = 0; j < lk; ++j) {
-        in.k.read_row(b, hk, j, keys.data() + j * d);
-        in.v.read_row(b, hk, j, values.data() + j * dv);
-        for (std::int64_t c = 0; c < d; ++c) keys[j * d + c] = round_float(working, keys[j * d + c]);
-        for (std::int64_t c = 0; c < dv; ++c) {
-          values[j * dv + c] = round_float(working, values[j * dv + c]);
-          values_finite = values_finite && std::isfinite(values[j * dv + c]);
-        }
+        for (std::int64_t c = 0; c < d; ++c)
+          keys_transposed[c * lk + j] = round_float(working, static_cast<float>(in.k.get(b, hk, j, c)));
+        for (std::int64_t c = 0; c < dv; ++c)
+          values[j * dv + c] = round_float(working, static_cast<float>(in.v.get(b, hk, j, c)));
       }
-      const std::int64_t tasks = p.group_size() * blocks;
-      const auto row_slots_count = static_cast<std::int64_t>(slots.size()) * p.group_size();
-#pragma omp parallel if (tasks > 1 && static_cast<std::int64_t>(row_slots_count) * lk * (d + dv) > kParallelWork)
+      const std::int64_t tasks = p.group_size() * tasks_per_head;
+      const auto work = static_cast<std::int64_t>(slots.size()) * p.group_size() * lk * (d + dv);
+#pragma omp parallel if (tasks > 1 && work > kParallelWork)
       {
-        std::vector<float> queries(static_cast<std::size_t>(kRowsPerBlock * d));
-        std::vector<float> scores(static_cast<std::size_t>(kRowsPerBlock * lk));
-        std::vector<float> block_out(static_cast<std::size_t>(kRowsPerBlock * dv));
+        std::vector<float> query(static_cast<std::size_t>(d)), scores(static_cast<std::size_t>(lk)),
+            accumulator(static_cast<std::size_t>(dv));
 #pragma omp for schedule(dynamic)
         for (std::int64_t task = 0; task < tasks; ++task) {
-          const std::int64_t h = hk * p.group_size() + task / blocks;
-          const std::int64_t first = (task % blocks) * kRowsPerBlock;
-          const std::int64_t count = std::min<std::int64_t>(kRowsPerBlock, static_cast<std::int64_t>(slots.size()) - first);
-          for (std::int64_t r = 0; r < count; ++r) {
-            float* q = queries.data() + r * d;
-            in.q.read_row(b, h, rows.rows[slots[first + r]], q);
-            for (std::int64_t c = 0; c < d; ++c) q[c] = round_float(working, q[c]);
-          }
-          // Q K^T accumulated in f32 (sgemm), then scaled and rounded to the working dtype.
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(count), static_cast<int>(lk),
-                      static_cast<int>(d), 1.0f, queries.data(), static_cast<int>(d), keys.data(), static_cast<int>(d),
-                      0.0f, scores.data(), static_cast<int>(lk));
-          for (std::int64_t r = 0; r < count; ++r) {
-            const std::int64_t i = rows.rows[slots[first + r]];
+          const std::int64_t h = hk * p.group_size() + task / tasks_per_head;
+          const std::int64_t first = (task % tasks_per_head) * kRowsPerTask;
+          const std::int64_t last = std::min<std::int64_t>(first + kRowsPerTask, static_cast<std::int64_t>(slots.size()));
+          for (std::int64_t slot = first; slot < last; ++slot) {
+            const std::int64_t r = slots[slot], i = rows.rows[r];
             std::int64_t begin, end;
             allowed_keys(p, i, lq, lk, begin, end);
-            float* s = scores.data() + r * lk;
-            if (begin == end) {  // fully masked row
-              std::fill(s, s + lk, 0.0f);
-              continue;
-            }
+            if (begin == end) continue;  // fully masked: O = 0, LSE = -inf as initialised
+            in.q.read_row(b, h, i, query.data());
+            // S = round(scale * Q K^T), each dot product summed over c in order, in f32.
+            const std::int64_t width = end - begin;
+            std::fill_n(scores.begin(), width, 0.0f);
+            for (std::int64_t c = 0; c < d; ++c)
+              accumulate(scores.data(), keys_transposed.data() + c * lk + begin, round_float(working, query[c]), width);
             float maximum = -std::numeric_limits<float>::infinity();
             bool saw_nan = false;
-            for (std::int64_t j = begin; j < end; ++j) {
-              s[j] = round_float(working, s[j] * scale);
-              saw_nan = saw_nan || std::isnan(s[j]);
-              maximum = std::max(maximum, s[j]);
+            for (std::int64_t n = 0; n < width; ++n) {
+              scores[n] = round_float(working, scores[n] * scale);
+              saw_nan = saw_nan || std::isnan(scores[n]);
+              maximum = std::max(maximum, scores[n]);
             }
             if (saw_nan) maximum = std::numeric_limits<float>::quiet_NaN();
+            // Softmax in f32; P rounded to the working dtype.
             float sum = 0;
-            for (std::int64_t j = begin; j < end; ++j) {
-              s[j] = std::exp(s[j] - maximum);
-              sum += s[j];
+            for (std::int64_t n = 0; n < width; ++n) {
+              scores[n] = std::exp(scores[n] - maximum);
+              sum += scores[n];
             }
-            for (std::int64_t j = 0; j < lk; ++j) s[j] = (j >= begin && j < end) ? round_float(working, s[j] / sum) : 0.0f;
-            out.lse[out.index(b, h, slots[first + r])] = static_cast<double>(maximum + std::log(sum));
-          }
-          // P V accumulated in f32; masked keys are skipped, never multiplied by zero.
-          if (values_finite) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(count), static_cast<int>(dv),
-                        static_cast<int>(lk), 1.0f, scores.data(), static_cast<int>(lk), values.data(),
-                        static_cast<int>(dv), 0.0f, block_out.data(), static_cast<int>(dv));
-          } else {
-            std::fill(block_out.begin(), block_out.end(), 0.0f);
-            for (std::int64_t r = 0; r < count; ++r) {
-              std::int64_t begin, end;
-              allowed_keys(p, rows.rows[slots[first + r]], lq, lk, begin, end);
-              for (std::int64_t j = begin; j < end; ++j)
-                for (std::int64_t c = 0; c < dv; ++c) block_out[r * dv + c] += scores[r * lk + j] * values[j * dv + c];
-            }
-          }
-          for (std::int64_t r = 0; r < count; ++r) {
-            std::int64_t begin, end;
-            allowed_keys(p, rows.rows[slots[first + r]], lq, lk, begin, end);
-            if (begin == end) continue;
-            double* o = out.o_row(b, h, slots[first + r]);
-            for (std::int64_t c = 0; c < dv; ++c) o[c] = round_float(working, block_out[r * dv + c]);
+            for (std::int64_t n = 0; n < width; ++n) scores[n] = round_float(working, scores[n] / sum);
+            out.lse[out.index(b, h, r)] = static_cast<double>(maximum + std::log(sum));
+            // O = round(P V), summed over the visible keys in order, in f32. Masked
+            // keys are absent (never multiplied by zero: 0 * Inf would be NaN).
+            std::fill(accumulator.begin(), accumulator.end(), 0.0f);
+            for (std::int64_t n = 0; n < width; ++n)
+              accumulate(accumulator.data(), values.data() + (begin + n) * dv, scores[n], dv);
+            double* o = out.o_row(b, h, r);
+            for (std::int64_t c = 0; c < dv; ++c) o[c] = round_float(working, accumulator[c]);
           }
         }
       }

@@ -1,9 +1,15 @@
 // cpu_lowp: the same-precision baseline of the tolerance rule.
 //
-// Plain attention as a framework computes it in a working dtype, rounding after
-// each step: S = round(scale * Q K^T) with the product accumulated in f32,
+// Plain attention in a working dtype, rounding after each step as a framework
+// would: S = round(scale * Q K^T) with each dot product accumulated in f32,
 // softmax in f32, P = round(softmax), O = round(P V) with P V accumulated in f32,
 // LSE = max + log(sum) in f32. In f32 it is plain f32 attention.
+//
+// Every sum runs in the textbook order (index by index, one rounding per
+// product and per addition): the plain order is the reference a kernel must not
+// be much worse than. (A first version used sgemm, whose blocked FMA
+// accumulation is about 3x more accurate in f32 than a textbook dot product:
+// that made the tolerance rule fail a correct f32 kernel that sums in order.)
 //
 // Registered also as the CPU subject `cpu-lowp`, so the whole pipeline runs
 // without a GPU. Its masks are its own code, separate from cpu_f64's.

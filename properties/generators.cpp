@@ -1,6 +1,7 @@
 #include "properties/generators.hpp"
 
 #include <algorithm>
+#include <functional>
 
 namespace flashcheck {
 
@@ -79,6 +80,238 @@ rc::Gen<Problem> gen_problem(const ProblemLimits& limits) {
     p.values = *gen_value_dist(limits.allow_special_values);
     p.geometry_seed = *rc::gen::arbitrary<std::uint64_t>();
     p.data_seed = *rc::gen::arbitrary<std::uint64_t>();
+    return p;
+  });
+}
+
+namespace {
+
+// exp underflow points: -ln of the smallest normal and subnormal of each type.
+// A logit gap there puts the losing weights exactly at the edge of what the
+// arithmetic can represent.
+const std::vector<double> kUnderflowGaps = {
+    9.70406,   // f16 smallest normal  2^-14
+    16.6355,   // f16 smallest subnormal 2^-24
+    87.3365,   // f32/bf16 smallest normal 2^-126
+    92.1893,   // bf16 smallest subnormal 2^-133
+    103.279,   // f32 smallest subnormal 2^-149
+};
+
+std::int64_t round_up(std::int64_t value, std::int64_t multiple) {
+  return multiple <= 1 ? value : (value + multiple - 1) / multiple * multiple;
+}
+
+rc::Gen<std::int64_t> gen_length(std::int64_t tile, std::int64_t multiple, std::int64_t max, bool allow_empty) {
+  std::vector<std::int64_t> edges = {1, 2, tile - 1, tile, tile + 1, 2 * tile - 1, 2 * tile + 1, 97, 113, 1023, 1025};
+  if (allow_empty) edges.push_back(0);
+  std::vector<std::int64_t> usable;
+  for (std::int64_t length : edges) {
+    const std::int64_t rounded = round_up(length, multiple);
+    if (rounded <= max && (rounded > 0 || allow_empty)) usable.push_back(rounded);
+  }
+  if (usable.empty()) usable.push_back(round_up(1, multiple));
+  const std::int64_t lowest = allow_empty ? 0 : 1;
+  return rc::gen::weightedOneOf<std::int64_t>({
+      {3, rc::gen::elementOf(usable)},
+      {2, rc::gen::map(rc::gen::inRange<std::int64_t>(lowest, std::min<std::int64_t>(max, 4 * tile) + 1),
+                       [multiple](std::int64_t n) { return round_up(n, multiple); })},
+  });
+}
+
+double work_of(const Problem& p) {
+  return static_cast<double>(p.batch) * p.heads_q * p.seqlen_q * p.seqlen_kv * (p.head_dim + p.head_dim_v);
+}
+
+// Shrinks a drawn problem until it fits the work and memory budget: the batch,
+// then the heads, then the longer sequence (keeping the domain's multiples).
+void fit_budget(Problem& p, const Capabilities& caps, const DomainLimits& limits) {
+  auto bytes = [&] { return p.storage_bytes() * 3; };  // inputs, outputs and the oracle's copies
+  while (work_of(p) > limits.max_work || bytes() > limits.max_bytes) {
+    if (p.batch > 1) {
+      p.batch = 1;
+      if (!p.lens_q.empty()) p.lens_q.resize(1);
+      if (!p.lens_kv.empty()) p.lens_kv.resize(1);
+    } else if (p.heads_kv > 1) {
+      p.heads_q /= p.heads_kv;
+      p.heads_kv = 1;
+    } else if (p.heads_q > 1 && p.heads_q > p.heads_kv) {
+      p.heads_q = p.heads_kv;
+    } else {
+      std::int64_t& longer = p.seqlen_q >= p.seqlen_kv ? p.seqlen_q : p.seqlen_kv;
+      const std::int64_t multiple = &longer == &p.seqlen_q ? caps.seqlen_q_multiple : caps.seqlen_kv_multiple;
+      const std::int64_t halved = round_up(longer / 2, multiple);
+      if (halved >= longer) break;  // cannot shrink further within the domain
+      longer = halved;
+      for (auto* lens : {&p.lens_q, &p.lens_kv})
+        for (auto& len : *lens) len = std::min(len, lens == &p.lens_q ? p.seqlen_q : p.seqlen_kv);
+    }
+  }
+}
+
+}  // namespace
+
+rc::Gen<ValueDist> gen_values_for(DType dtype, std::int64_t tile_kv, bool allow_special_values) {
+  using rc::gen::just;
+  // |V| near the dtype's maximum, but small enough that an unnormalised f32
+  // accumulator over up to 2048 keys cannot overflow (half types store O in
+  // range; bf16 and f32 share f32's range, so their V stays 2^-12 of it).
+  const double v_frac = dtype == DType::f16 ? 0.5 : 0x1p-12;
+  std::vector<std::pair<std::size_t, rc::Gen<ValueDist>>> choices = {
+      {6, rc::gen::map(rc::gen::pair(rc::gen::inRange(-20, 21), rc::gen::inRange(1, 40)),
+                       [](auto mean_std) {
+                         return ValueDist{ValueFamily::normal, {mean_std.first / 10.0, mean_std.second / 10.0}};
+                       })},
+      {1, just(ValueDist{ValueFamily::uniform, {-1.0, 1.0}})},
+      {1, just(ValueDist{ValueFamily::heavy, {3.0}})},
+      {2, just(ValueDist{ValueFamily::outliers, {0.001, 100.0}})},
+      {2, rc::gen::map(rc::gen::inRange(1, 5), [](int max) { return ValueDist{ValueFamily::sparse_int, {double(max), 0.5}}; })},
+      {1, just(ValueDist{ValueFamily::near_overflow, {1000.0, v_frac}})},
+      {1, just(ValueDist{ValueFamily::subnormal, {}})},
+      {1, rc::gen::map(rc::gen::inRange(1, 5), [](int distinct) { return ValueDist{ValueFamily::ties, {double(distinct)}}; })},
+      {3, rc::gen::map(rc::gen::pair(rc::gen::elementOf(kUnderflowGaps), rc::gen::element(-0.01, 0.0, 0.01)),
+                       [](auto gap) { return ValueDist{ValueFamily::dominant, {gap.first + gap.second}}; })},
+      {2, rc::gen::map(rc::gen::inRange(2, 25),
+                       [tile_kv](int gap) { return ValueDist{ValueFamily::late_max, {double(tile_kv), double(gap)}}; })},
+      {1, rc::gen::map(rc::gen::element(-60000.0, -5.1e4, -1e3),
+                       [](double offset) { return ValueDist{ValueFamily::offset, {offset}}; })},
+  };
+  if (allow_special_values)
+    choices.push_back({1, rc::gen::map(rc::gen::element(0.0, 0.002, 0.02),
+                                       [](double p) { return ValueDist{ValueFamily::nan_inf, {p}}; })});
+  std::vector<rc::Gen<ValueDist>> pool;
+  for (const auto& [weight, generator] : choices) pool.insert(pool.end(), weight, generator);
+  return rc::gen::join(rc::gen::elementOf(pool));
+}
+
+rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& limits) {
+  return rc::gen::exec([caps, limits] {
+    Problem p;
+    std::vector<DType> dtypes;
+    for (DType t : {DType::f32, DType::f16, DType::bf16})
+      if (caps.dtypes.contains(t)) dtypes.push_back(t);
+    std::vector<MaskKind> masks;
+    for (MaskKind m : {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window})
+      if (caps.masks.contains(m)) masks.push_back(m);
+    std::vector<Layout> layouts;
+    for (Layout l : {Layout::bhsd, Layout::bshd})
+      if (caps.layouts.contains(l)) layouts.push_back(l);
+    RC_PRE(!dtypes.empty() && !masks.empty() && !layouts.empty());
+    p.dtype = *rc::gen::elementOf(dtypes);
+    p.mask = *rc::gen::elementOf(masks);
+    p.layout = *rc::gen::elementOf(layouts);
+
+    // Head dims: the listed ones, or the common ones and odd ones in the range.
+    if (caps.head_dims[0] != 0) {
+      std::vector<std::int64_t> listed;
+      for (auto d : caps.head_dims)
+        if (d != 0) listed.push_back(d);
+      p.head_dim = *rc::gen::elementOf(listed);
+    } else {
+      const std::int64_t lo = caps.min_head_dim, hi = std::min(caps.max_head_dim, limits.max_head_dim);
+      std::vector<std::int64_t> common;
+      for (std::int64_t d : {1, 3, 8, 16, 17, 32, 33, 64, 80, 96, 128, 256})
+        if (d >= lo && d <= hi) common.push_back(d);
+      p.head_dim = common.empty() ? *rc::gen::inRange(lo, hi + 1)
+                                  : *rc::gen::weightedOneOf<std::int64_t>(
+                                        {{3, rc::gen::elementOf(common)}, {1, rc::gen::inRange(lo, hi + 1)}});
+    }
+    p.head_dim_v = p.head_dim;
+    if (!caps.head_dim_v_equal && *rc::gen::inRange(0, 4) == 0)
+      p.head_dim_v = *rc::gen::inRange<std::int64_t>(1, std::min(caps.max_head_dim_v, limits.max_head_dim) + 1);
+    p.head_dim_v = std::min(p.head_dim_v, caps.max_head_dim_v);
+    p.softmax_scale = default_softmax_scale(p.head_dim);
+
+    // Heads: GQA ratios 1, 2, 4, 8 and MQA.
+    p.heads_kv = *rc::gen::inRange<std::int64_t>(1, 4);
+    p.heads_q = p.heads_kv;
+    if (caps.gqa) {
+      const auto shape = *rc::gen::inRange(0, 5);
+      if (shape == 4) {  // MQA
+        p.heads_kv = 1;
+        p.heads_q = *rc::gen::element<std::int64_t>(2, 4, 8);
+      } else {
+        p.heads_q = p.heads_kv * (std::int64_t{1} << shape);  // ratio 1, 2, 4, 8
+      }
+    }
+    p.batch = *rc::gen::inRange<std::int64_t>(1, 4);
+
+    const std::int64_t max_q = std::min(caps.max_seqlen_q, limits.max_seqlen);
+    const std::int64_t max_kv = std::min(caps.max_seqlen_kv, limits.max_seqlen);
+    p.seqlen_q = *gen_length(caps.tile_q, caps.seqlen_q_multiple, max_q, caps.empty_sequences);
+    p.seqlen_kv = *gen_length(caps.tile_kv, caps.seqlen_kv_multiple, max_kv, caps.empty_sequences);
+    if (caps.varlen && *rc::gen::inRange(0, 3) == 0) {
+      // Padded batch: per-sequence lengths, some of them empty where allowed.
+      p.batch = *rc::gen::inRange<std::int64_t>(2, 5);
+      const std::int64_t lowest = caps.empty_sequences ? 0 : 1;
+      for (std::int64_t b = 0; b < p.batch; ++b) {
+        p.lens_q.push_back(*rc::gen::weightedOneOf<std::int64_t>(
+            {{1, rc::gen::just(std::min(lowest, p.seqlen_q))},
+             {3, rc::gen::inRange(std::min(lowest, p.seqlen_q), p.seqlen_q + 1)}}));
+        p.lens_kv.push_back(*rc::gen::weightedOneOf<std::int64_t>(
+            {{1, rc::gen::just(std::min(lowest, p.seqlen_kv))},
+             {3, rc::gen::inRange(std::min(lowest, p.seqlen_kv), p.seqlen_kv + 1)}}));
+      }
+    }
+    if (p.mask == MaskKind::window) {
+      const std::int64_t longest = std::max(p.seqlen_q, p.seqlen_kv);
+      const auto bound = rc::gen::weightedOneOf<std::int64_t>({{1, rc::gen::just<std::int64_t>(-1)},
+                                                               {2, rc::gen::just<std::int64_t>(0)},
+                                                               {3, rc::gen::inRange<std::int64_t>(1, 9)},
+                                                               {1, rc::gen::just(caps.tile_kv)},
+                                                               {2, rc::gen::just(longest + 3)}});
+      p.window_left = *bound;
+      p.window_right = *bound;
+    }
+    fit_budget(p, caps, limits);
+    p.values = *gen_values_for(p.dtype, caps.tile_kv, limits.allow_special_values);
+    p.geometry_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
+    p.data_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
+    RC_PRE(!unsupported_reason(caps, p));
+    return p;
+  });
+}
+
+rc::Gen<Problem> gen_problem_outside(const Capabilities& caps) {
+  return rc::gen::exec([caps] {
+    // A problem inside the domain, then one field moved out of it.
+    Problem p = *gen_problem_in(caps, {.max_seqlen = 64, .max_work = 1e6});
+    std::vector<std::function<void(Problem&)>> breaks;
+    for (DType t : {DType::f32, DType::f16, DType::bf16})
+      if (!caps.dtypes.contains(t)) breaks.push_back([t](Problem& q) { q.dtype = t; });
+    for (MaskKind m : {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window})
+      if (!caps.masks.contains(m))
+        breaks.push_back([m](Problem& q) {
+          q.mask = m;
+          q.window_left = q.window_right = m == MaskKind::window ? 3 : -1;
+        });
+    for (Layout l : {Layout::bhsd, Layout::bshd})
+      if (!caps.layouts.contains(l)) breaks.push_back([l](Problem& q) { q.layout = l; });
+    if (caps.head_dims[0] != 0) {
+      breaks.push_back([](Problem& q) { q.head_dim = q.head_dim_v = q.head_dim + 8; });
+    } else if (caps.max_head_dim < 4096) {
+      breaks.push_back([&caps](Problem& q) { q.head_dim = caps.max_head_dim + 1 + q.data_seed % 64; });
+    }
+    if (caps.max_head_dim_v < 4096) breaks.push_back([&caps](Problem& q) { q.head_dim_v = caps.max_head_dim_v + 1; });
+    if (caps.head_dim_v_equal) breaks.push_back([](Problem& q) { q.head_dim_v = q.head_dim + 1; });
+    if (!caps.gqa) breaks.push_back([](Problem& q) { q.heads_kv = 1, q.heads_q = 4; });
+    if (!caps.varlen)
+      breaks.push_back([](Problem& q) {
+        q.lens_q.assign(q.batch, q.seqlen_q);
+        q.lens_kv.assign(q.batch, q.seqlen_kv);
+      });
+    if (caps.seqlen_q_multiple > 1) breaks.push_back([&caps](Problem& q) { q.seqlen_q = caps.seqlen_q_multiple + 1; });
+    if (caps.seqlen_kv_multiple > 1) breaks.push_back([&caps](Problem& q) { q.seqlen_kv = caps.seqlen_kv_multiple + 1; });
+    if (!caps.empty_sequences) breaks.push_back([](Problem& q) { q.seqlen_kv = 0; });
+    RC_PRE(!breaks.empty());
+    const auto which = *rc::gen::inRange<std::size_t>(0, breaks.size());
+    breaks[which](p);
+    p.lens_q.resize(p.lens_q.empty() ? 0 : static_cast<std::size_t>(p.batch));
+    RC_PRE(unsupported_reason(caps, p).has_value());  // really outside the domain
+    try {
+      validate(p);  // and still a well-formed problem
+    } catch (const BadInput&) {
+      RC_DISCARD("the out-of-domain change made the problem malformed");
+    }
     return p;
   });
 }

@@ -11,6 +11,7 @@
 #include <ostream>
 
 #include "core/problem.hpp"
+#include "core/subject.hpp"
 
 namespace flashcheck {
 
@@ -29,6 +30,32 @@ rc::Gen<Problem> gen_problem(const ProblemLimits& limits);
 rc::Gen<ValueDist> gen_value_dist(bool allow_special_values);
 /// Sequence lengths weighted toward 0, 1, 2 and small primes.
 rc::Gen<std::int64_t> gen_seqlen(std::int64_t max);
+
+/// Limits for problems drawn inside a subject's domain: at most `max_work`
+/// multiply-adds (B*Hq*Sq*Skv*(d+dv)) and 1 GiB of buffers, so a default
+/// property run stays fast and small.
+struct DomainLimits {
+  std::int64_t max_seqlen = 1025;
+  std::int64_t max_head_dim = 256;  // for range domains; listed head dims are always drawn
+  double max_work = 2e7;
+  double max_bytes = 1 << 30;
+  bool allow_special_values = true;
+};
+
+/// Problems inside `caps`, weighted toward the edges: lengths 0, 1, 2, the
+/// tile sizes +-1, primes (97, 113, 1023, 1025), Sq > Skv and Sq < Skv; GQA
+/// ratios 1, 2, 4, 8 and MQA; every mask, windows of 0 and wider than the
+/// sequence; odd head dims where allowed; padded batches with empty sequences;
+/// every value family, with logit gaps at the exp underflow points of
+/// f16/bf16/f32, the maximum in the last key tile, logits below -5e4.
+rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& limits = {});
+
+/// Problems just outside `caps` (one field out of the domain), for the
+/// unsupported path. Discards when the domain has no outside.
+rc::Gen<Problem> gen_problem_outside(const Capabilities& caps);
+
+/// Value distributions for a dtype, adversarial ones included.
+rc::Gen<ValueDist> gen_values_for(DType dtype, std::int64_t tile_kv, bool allow_special_values);
 
 }  // namespace flashcheck
 

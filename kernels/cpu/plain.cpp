@@ -1,0 +1,83 @@
+#include "kernels/cpu/plain.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace flashcheck {
+
+bool CpuPlain::sees(const Problem& p, std::int64_t i, std::int64_t j, std::int64_t lq, std::int64_t lk) const {
+  const std::int64_t diagonal = i + lk - lq;
+  const std::int64_t slack = flaw_ == PlainFlaw::causal_off_by_one ? 1 : 0;
+  switch (p.mask) {
+    case MaskKind::none: return true;
+    case MaskKind::causal_tl: return j <= i + slack;
+    case MaskKind::causal_br: return flaw_ == PlainFlaw::bottom_right_as_top_left ? j <= i : j <= diagonal + slack;
+    case MaskKind::window: {
+      const std::int64_t left = p.window_left + (flaw_ == PlainFlaw::window_off_by_one ? 1 : 0);
+      return (p.window_left < 0 || j >= diagonal - left) && (p.window_right < 0 || j <= diagonal + p.window_right);
+    }
+  }
+  return true;
+}
+
+RunResult CpuPlain::run(const Problem& p, const Inputs& in) {
+  RunResult result;
+  if (auto reason = unsupported_reason(capabilities(), p)) {
+    result.status = Status::unsupported;
+    result.message = *reason;
+    return result;
+  }
+  result.outputs = make_outputs(p);
+  result.outputs.has_lse = true;
+  const float minus_infinity = -std::numeric_limits<float>::infinity();
+  const auto scale = static_cast<float>(p.softmax_scale);
+  const float logit_scale = flaw_ == PlainFlaw::scale_squared ? scale * scale : scale;
+  std::vector<float> logits(static_cast<std::size_t>(p.seqlen_kv));
+  std::vector<float> accumulator(static_cast<std::size_t>(p.head_dim_v));
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.heads_q; ++h)
+      for (std::int64_t i = 0; i < p.len_q(b); ++i) {
+        const std::int64_t hk = h / p.group_size(), lq = p.len_q(b), lk = p.len_kv(b);
+        float maximum = minus_infinity;
+        bool any_key = false;
+        for (std::int64_t j = 0; j < lk; ++j) {
+          if (!sees(p, i, j, lq, lk)) continue;
+          float dot = 0;
+          for (std::int64_t c = 0; c < p.head_dim; ++c)
+            dot += static_cast<float>(in.q.get(b, h, i, c)) * static_cast<float>(in.k.get(b, hk, j, c));
+          logits[j] = dot * logit_scale;
+          // NaN-propagating maximum, as the plain formula.
+          maximum = std::isnan(logits[j]) || std::isnan(maximum) ? std::numeric_limits<float>::quiet_NaN()
+                                                                  : std::max(maximum, logits[j]);
+          any_key = true;
+        }
+        float* lse = &result.outputs.lse[(b * p.heads_q + h) * p.seqlen_q + i];
+        if (!any_key) {  // fully masked: O = 0, LSE = -inf
+          for (std::int64_t c = 0; c < p.head_dim_v; ++c) result.outputs.o.set(b, h, i, c, 0.0);
+          *lse = minus_infinity;
+          continue;
+        }
+        const float shift = flaw_ == PlainFlaw::no_max_subtraction ? 0.0f : maximum;
+        float sum = 0;
+        std::fill(accumulator.begin(), accumulator.end(), 0.0f);
+        for (std::int64_t j = 0; j < lk; ++j) {
+          if (!sees(p, i, j, lq, lk)) continue;  // masked keys are absent
+          const float weight = std::exp(logits[j] - shift);
+          sum += weight;
+          for (std::int64_t c = 0; c < p.head_dim_v; ++c)
+            accumulator[c] += weight * static_cast<float>(in.v.get(b, hk, j, c));
+        }
+        for (std::int64_t c = 0; c < p.head_dim_v; ++c) result.outputs.o.set(b, h, i, c, accumulator[c] / sum);
+        const float natural = shift + std::log(sum);
+        *lse = flaw_ == PlainFlaw::lse_in_log2 ? natural / std::log(2.0f) : natural;
+      }
+  return result;
+}
+
+namespace {
+SubjectRegistration<CpuPlain> registration;
+}
+
+}  // namespace flashcheck

@@ -1,0 +1,33 @@
+// Mutants of cpu-plain (kernels/cpu/plain.hpp): the same kernel with one
+// deliberate flaw each, registered only in test builds. The property suite must
+// catch every one within its default budget (properties/subject_suite.cpp,
+// tests Mutants.*), while passing cpu-plain itself, the control.
+#include "kernels/cpu/plain.hpp"
+
+namespace flashcheck {
+namespace {
+
+struct PlainMutant {
+  PlainFlaw flaw;
+  std::string_view name;
+  std::string_view what;
+};
+
+constexpr PlainMutant kPlainMutants[] = {
+    {PlainFlaw::no_max_subtraction, "mutant-cpu-no-max-subtraction", "cpu-plain without subtracting the row maximum"},
+    {PlainFlaw::bottom_right_as_top_left, "mutant-cpu-br-as-tl", "cpu-plain with causal_br computed as causal_tl"},
+    {PlainFlaw::causal_off_by_one, "mutant-cpu-causal-off-by-one", "cpu-plain whose causal rows see one key too many"},
+    {PlainFlaw::scale_squared, "mutant-cpu-scale-squared", "cpu-plain with the softmax scale applied twice"},
+    {PlainFlaw::lse_in_log2, "mutant-cpu-lse-log2", "cpu-plain writing LSE in log2"},
+    {PlainFlaw::window_off_by_one, "mutant-cpu-window-off-by-one", "cpu-plain whose window is one key wider on the left"},
+};
+
+struct Registrations {
+  Registrations() {
+    for (const PlainMutant& mutant : kPlainMutants)
+      MutantRegistration([&mutant] { return std::make_unique<CpuPlain>(mutant.name, mutant.what, mutant.flaw); });
+  }
+} registrations;
+
+}  // namespace
+}  // namespace flashcheck

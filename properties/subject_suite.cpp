@@ -1,0 +1,95 @@
+// The subject property suite: every property of subject_properties() on every
+// registered subject whose domain it applies to (tests Subject_<name>.<Property>),
+// and every mutant caught (tests Mutants.<name>).
+//
+// Tests are registered at run time, after the static registrations of the
+// subjects have run, so a new subject is tested the moment it is linked in.
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include <fmt/format.h>
+
+#include <string>
+
+#include "core/subject.hpp"
+#include "properties/subject_properties.hpp"
+
+namespace flashcheck {
+namespace {
+
+std::string test_name(std::string_view name) {
+  std::string out(name);
+  for (char& c : out)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return out;
+}
+
+class PropertyTest : public testing::Test {
+ public:
+  PropertyTest(Subject* subject, const SubjectProperty* property) : subject_(subject), property_(property) {}
+  void TestBody() override {
+    RecordProperty("summary", std::string(property_->summary));
+    rc::detail::checkGTest([this] { property_->check(*subject_); });
+  }
+
+ private:
+  Subject* subject_;
+  const SubjectProperty* property_;
+};
+
+// The default budget, with a fixed seed so that "caught after N cases" is
+// reproducible: RapidCheck's own default of 100 successful cases per property.
+rc::detail::TestParams mutant_budget() {
+  rc::detail::TestParams params;
+  params.seed = 20261121;
+  params.maxSuccess = 100;
+  return params;
+}
+
+class MutantTest : public testing::Test {
+ public:
+  explicit MutantTest(Subject* mutant) : mutant_(mutant) {}
+  void TestBody() override {
+    for (const SubjectProperty& property : subject_properties()) {
+      if (!property.applies(mutant_->capabilities())) continue;
+      rc::detail::TestMetadata metadata;
+      metadata.id = fmt::format("Mutants/{}/{}", mutant_->name(), property.name);
+      metadata.description = std::string(property.name);
+      const auto result =
+          rc::detail::checkTestable([this, &property] { property.check(*mutant_); }, metadata, mutant_budget());
+      if (result.template is<rc::detail::FailureResult>()) {
+        const auto& failure = result.template get<rc::detail::FailureResult>();
+        const int cases = failure.numSuccess + 1;
+        fmt::print("MUTANT CAUGHT: {} by {} after {} case(s)\n  {}\n", mutant_->name(), property.name, cases,
+                   failure.description.substr(0, failure.description.find('\n')));
+        RecordProperty("caught_by", std::string(property.name));
+        RecordProperty("cases_to_catch", cases);
+        return;
+      }
+    }
+    FAIL() << "mutant " << mutant_->name() << " (" << mutant_->description()
+           << ") survived every property within the default budget";
+  }
+
+ private:
+  Subject* mutant_;
+};
+
+}  // namespace
+}  // namespace flashcheck
+
+int main(int argc, char** argv) {
+  using namespace flashcheck;
+  testing::InitGoogleTest(&argc, argv);
+  for (Subject* subject : Registry::instance().subjects())
+    for (const SubjectProperty& property : subject_properties()) {
+      if (!property.applies(subject->capabilities())) continue;
+      const std::string suite = "Subject_" + test_name(subject->name());
+      testing::RegisterTest(suite.c_str(), std::string(property.name).c_str(), nullptr, nullptr, __FILE__, __LINE__,
+                            [subject, &property]() -> testing::Test* { return new PropertyTest(subject, &property); });
+    }
+  for (Subject* mutant : Registry::instance().mutants())
+    testing::RegisterTest("Mutants", test_name(mutant->name()).c_str(), nullptr, nullptr, __FILE__, __LINE__,
+                          [mutant]() -> testing::Test* { return new MutantTest(mutant); });
+  return RUN_ALL_TESTS();
+}
