@@ -108,6 +108,12 @@ struct AttentionRows {
   std::vector<double> o;
   std::vector<double> lse;
   bool has_lse = true;
+  /// Optional (filled by the f64 oracle on request): how strongly the logits'
+  /// rounding moves each result. Per row, sum_j p_j a_j; per element,
+  /// sum_j p_j a_j (|V[j,c]| + |O[c]|); with a_j = scale sum_c |q_c k_jc| the
+  /// absolute condition of logit j. Empty when not computed.
+  std::vector<double> lse_condition;
+  std::vector<double> o_condition;
 
   AttentionRows() = default;
   AttentionRows(const Problem& problem, RowSet row_set);

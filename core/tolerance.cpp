@@ -9,6 +9,10 @@ namespace flashcheck {
 
 double noise_floor(DType dtype, double scale) { return kFloorRoundings * unit_roundoff(dtype) * scale; }
 
+double logit_noise(const LogitCondition& condition, double value) {
+  return kLogitRoundings * unit_roundoff(DType::f32) * std::sqrt(static_cast<double>(condition.head_dim)) * value;
+}
+
 namespace {
 
 RuleCheck check(std::string metric, double subject, double baseline, double floor) {
@@ -28,28 +32,34 @@ constexpr DType kLseDtype = DType::f32;
 
 }  // namespace
 
-Bounds rule_bounds(const CaseMetrics& baseline, DType out_dtype) {
+Bounds rule_bounds(const CaseMetrics& baseline, DType out_dtype, const LogitCondition& condition) {
   Bounds bounds;
   const auto& o = baseline.o.errors;
-  bounds.o = kBaselineFactor * o.max_abs + noise_floor(out_dtype, o.ref_max_abs);
+  bounds.o = kBaselineFactor * o.max_abs + noise_floor(out_dtype, o.ref_max_abs) + logit_noise(condition, condition.o_max);
   if (baseline.has_lse) {
     const auto& lse = baseline.lse.errors;
-    bounds.lse = kBaselineFactor * lse.max_abs + noise_floor(kLseDtype, lse.ref_max_abs);
+    bounds.lse =
+        kBaselineFactor * lse.max_abs + noise_floor(kLseDtype, lse.ref_max_abs) + logit_noise(condition, condition.lse_max);
   }
   return bounds;
 }
 
-Verdict decide(const CaseMetrics& subject, const CaseMetrics& baseline, DType out_dtype) {
+Verdict decide(const CaseMetrics& subject, const CaseMetrics& baseline, DType out_dtype,
+               const LogitCondition& condition) {
   Verdict verdict;
   const auto& so = subject.o.errors;
   const auto& bo = baseline.o.errors;
-  verdict.checks.push_back(check("o.max_abs", so.max_abs, bo.max_abs, noise_floor(out_dtype, bo.ref_max_abs)));
-  verdict.checks.push_back(check("o.rmse", so.rmse, bo.rmse, noise_floor(out_dtype, bo.ref_rms)));
+  verdict.checks.push_back(check("o.max_abs", so.max_abs, bo.max_abs,
+                                 noise_floor(out_dtype, bo.ref_max_abs) + logit_noise(condition, condition.o_max)));
+  verdict.checks.push_back(
+      check("o.rmse", so.rmse, bo.rmse, noise_floor(out_dtype, bo.ref_rms) + logit_noise(condition, condition.o_rms)));
   if (subject.has_lse && baseline.has_lse) {
     const auto& sl = subject.lse.errors;
     const auto& bl = baseline.lse.errors;
-    verdict.checks.push_back(check("lse.max_abs", sl.max_abs, bl.max_abs, noise_floor(kLseDtype, bl.ref_max_abs)));
-    verdict.checks.push_back(check("lse.rmse", sl.rmse, bl.rmse, noise_floor(kLseDtype, bl.ref_rms)));
+    verdict.checks.push_back(check("lse.max_abs", sl.max_abs, bl.max_abs,
+                                   noise_floor(kLseDtype, bl.ref_max_abs) + logit_noise(condition, condition.lse_max)));
+    verdict.checks.push_back(check("lse.rmse", sl.rmse, bl.rmse,
+                                   noise_floor(kLseDtype, bl.ref_rms) + logit_noise(condition, condition.lse_rms)));
   }
   verdict.census_pass = subject.o.census.mismatches == 0 && (!subject.has_lse || subject.lse.census.mismatches == 0);
 

@@ -47,11 +47,15 @@ std::int64_t rows_per_block(std::int64_t keys) {
 
 }  // namespace
 
-AttentionRows CpuF64::reference(const Problem& p, const Inputs& in, const RowSet& rows) {
+AttentionRows cpu_f64_reference(const Problem& p, const Inputs& in, const RowSet& rows, bool with_condition) {
   AttentionRows out(p, rows);
+  if (with_condition) {
+    out.lse_condition.assign(out.lse.size(), 0.0);
+    out.o_condition.assign(out.o.size(), 0.0);
+  }
   use_single_threaded_blas();
   const std::int64_t d = p.head_dim, dv = p.head_dim_v;
-  std::vector<double> keys, values;
+  std::vector<double> keys, values, abs_keys, abs_values;
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const std::int64_t lq = p.len_q(b), lk = p.len_kv(b);
     std::vector<std::int64_t> row_slots;  // indices into rows.rows of this sequence's valid rows
@@ -71,6 +75,12 @@ AttentionRows CpuF64::reference(const Problem& p, const Inputs& in, const RowSet
         in.v.read_row(b, hk, j, values.data() + j * dv);
         for (std::int64_t c = 0; c < dv; ++c) values_finite = values_finite && std::isfinite(values[j * dv + c]);
       }
+      if (with_condition) {
+        abs_keys.resize(keys.size());
+        abs_values.resize(values.size());
+        for (std::size_t n = 0; n < keys.size(); ++n) abs_keys[n] = std::fabs(keys[n]);
+        for (std::size_t n = 0; n < values.size(); ++n) abs_values[n] = std::fabs(values[n]);
+      }
 
       const std::int64_t tasks = p.group_size() * blocks;
       const auto row_slots_count = static_cast<std::int64_t>(row_slots.size()) * p.group_size();
@@ -81,6 +91,7 @@ AttentionRows CpuF64::reference(const Problem& p, const Inputs& in, const RowSet
         std::vector<double> block_out(static_cast<std::size_t>(block * dv));
         std::vector<KeyRange> ranges(static_cast<std::size_t>(block));
         std::vector<double> row_sum(static_cast<std::size_t>(block));
+        std::vector<double> abs_queries, weights, condition_out;  // with_condition only
 #pragma omp for schedule(dynamic)
         for (std::int64_t task = 0; task < tasks; ++task) {
           const std::int64_t h = hk * p.group_size() + task / blocks;
@@ -148,6 +159,35 @@ AttentionRows CpuF64::reference(const Problem& p, const Inputs& in, const RowSet
             double* o = out.o_row(b, h, row_slots[begin + r]);
             for (std::int64_t c = 0; c < dv; ++c) o[c] = block_out[r * dv + c] / row_sum[r];
           }
+          if (with_condition && values_finite) {
+            // A = scale |Q| |K|^T (each logit's absolute condition), W = P o A
+            // with P normalised; per row sum_j W_j, per element W |V| + |O| sum_j W_j.
+            abs_queries.resize(static_cast<std::size_t>(count * d));
+            for (std::int64_t n = 0; n < count * d; ++n) abs_queries[n] = std::fabs(queries[n]);
+            weights.resize(static_cast<std::size_t>(count * width));
+            condition_out.resize(static_cast<std::size_t>(count * dv));
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(count), static_cast<int>(width),
+                        static_cast<int>(d), p.softmax_scale, abs_queries.data(), static_cast<int>(d),
+                        abs_keys.data() + key_lo * d, static_cast<int>(d), 0.0, weights.data(), static_cast<int>(width));
+            for (std::int64_t r = 0; r < count; ++r)
+              for (std::int64_t j = 0; j < width; ++j)
+                weights[r * width + j] *= row_sum[r] > 0 ? scores[r * width + j] / row_sum[r] : 0.0;
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(count), static_cast<int>(dv),
+                        static_cast<int>(width), 1.0, weights.data(), static_cast<int>(width),
+                        abs_values.data() + key_lo * dv, static_cast<int>(dv), 0.0, condition_out.data(),
+                        static_cast<int>(dv));
+            for (std::int64_t r = 0; r < count; ++r) {
+              if (ranges[r].empty()) continue;
+              double logit_condition = 0;
+              for (std::int64_t j = 0; j < width; ++j) logit_condition += weights[r * width + j];
+              const std::int64_t slot = row_slots[begin + r];
+              out.lse_condition[out.index(b, h, slot)] = logit_condition;
+              const double* o = out.o_row(b, h, slot);
+              double* condition = out.o_condition.data() + out.index(b, h, slot) * dv;
+              for (std::int64_t c = 0; c < dv; ++c)
+                condition[c] = condition_out[r * dv + c] + std::fabs(o[c]) * logit_condition;
+            }
+          }
         }
       }
     }
@@ -155,8 +195,5 @@ AttentionRows CpuF64::reference(const Problem& p, const Inputs& in, const RowSet
   return out;
 }
 
-AttentionRows cpu_f64_reference(const Problem& problem, const Inputs& inputs, const RowSet& rows) {
-  return CpuF64().reference(problem, inputs, rows);
-}
 
 }  // namespace flashcheck

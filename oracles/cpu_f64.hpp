@@ -13,13 +13,21 @@
 
 namespace flashcheck {
 
+/// The cpu_f64 reference of the given rows. With `with_condition`, it also
+/// fills AttentionRows::lse_condition and o_condition (two more products: about
+/// twice the time, and |K|, |V| copies in memory), which the tolerance rule's
+/// noise floor uses.
+AttentionRows cpu_f64_reference(const Problem& problem, const Inputs& inputs, const RowSet& rows,
+                                bool with_condition = false);
+
 class CpuF64 final : public Oracle {
  public:
   std::string_view name() const override { return "cpu_f64"; }
-  AttentionRows reference(const Problem& problem, const Inputs& inputs, const RowSet& rows) override;
+  AttentionRows reference(const Problem& problem, const Inputs& inputs, const RowSet& rows) override {
+    return cpu_f64_reference(problem, inputs, rows);
+  }
 };
 
-/// Convenience: the cpu_f64 reference of the given rows.
-AttentionRows cpu_f64_reference(const Problem& problem, const Inputs& inputs, const RowSet& rows);
+
 
 }  // namespace flashcheck

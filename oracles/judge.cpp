@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 
 #include "core/record.hpp"
 #include "core/values.hpp"
@@ -17,6 +18,36 @@ double elapsed_ms(std::chrono::steady_clock::time_point since) {
 }
 
 }  // namespace
+
+LogitCondition logit_condition(const Problem& p, const AttentionRows& reference) {
+  LogitCondition condition;
+  condition.head_dim = p.head_dim;
+  if (reference.o_condition.empty()) return condition;
+  double o_sum = 0, lse_sum = 0;
+  std::int64_t o_count = 0, lse_count = 0;
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.heads_q; ++h)
+      for (std::int64_t r = 0; r < reference.rows.size(); ++r) {
+        if (reference.rows.rows[r] >= p.len_q(b)) continue;
+        const auto row = reference.index(b, h, r);
+        const double lse = reference.lse_condition[row];
+        if (std::isfinite(lse)) {
+          condition.lse_max = std::max(condition.lse_max, lse);
+          lse_sum += lse * lse;
+          ++lse_count;
+        }
+        for (std::int64_t c = 0; c < p.head_dim_v; ++c) {
+          const double o = reference.o_condition[row * p.head_dim_v + c];
+          if (!std::isfinite(o)) continue;
+          condition.o_max = std::max(condition.o_max, o);
+          o_sum += o * o;
+          ++o_count;
+        }
+      }
+  if (o_count) condition.o_rms = std::sqrt(o_sum / o_count);
+  if (lse_count) condition.lse_rms = std::sqrt(lse_sum / lse_count);
+  return condition;
+}
 
 std::string CaseResult::reproducer() const {
   return fmt::format("flashcheck run --subject {} --problem '{}'", subject, to_line(problem));
@@ -63,7 +94,7 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
   result.rows = problem.seqlen_q <= options.max_rows ? all_rows(problem)
                                                      : sample_rows(problem, options.max_rows, options.row_seed);
   start = std::chrono::steady_clock::now();
-  const AttentionRows reference = cpu_f64_reference(problem, inputs, result.rows);
+  const AttentionRows reference = cpu_f64_reference(problem, inputs, result.rows, /*with_condition=*/true);
   result.oracle_ms = elapsed_ms(start);
 
   start = std::chrono::steady_clock::now();
@@ -71,10 +102,11 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
   result.baseline_ms = elapsed_ms(start);
 
   result.baseline_metrics = compare(problem, baseline, reference, problem.dtype);
-  const Bounds bounds = rule_bounds(result.baseline_metrics, problem.dtype);
+  result.condition = logit_condition(problem, reference);
+  const Bounds bounds = rule_bounds(result.baseline_metrics, problem.dtype, result.condition);
   const AttentionRows got = gather_rows(problem, run.outputs, result.rows);
   result.subject_metrics = compare(problem, got, reference, problem.dtype, bounds);
-  result.verdict = decide(result.subject_metrics, result.baseline_metrics, problem.dtype);
+  result.verdict = decide(result.subject_metrics, result.baseline_metrics, problem.dtype, result.condition);
   if (options.keep_outputs) {
     result.outputs = std::move(run.outputs);
     result.reference = reference;
@@ -140,6 +172,8 @@ nlohmann::json to_record(const CaseResult& r) {
                         {"metrics", to_json(r.baseline_metrics)}};
   record["metrics"] = to_json(r.subject_metrics);
   record["tolerance"] = to_json(r.verdict);
+  record["logit_condition"] = {{"o_max", r.condition.o_max}, {"o_rms", r.condition.o_rms},
+                               {"lse_max", r.condition.lse_max}, {"lse_rms", r.condition.lse_rms}};
   return record;
 }
 

@@ -32,6 +32,7 @@ struct CaseResult {
   CaseMetrics subject_metrics;      // subject vs cpu_f64
   CaseMetrics baseline_metrics;     // cpu_lowp vs cpu_f64
   Verdict verdict;
+  LogitCondition condition;         // the floor's logit conditioning, from cpu_f64
   double inputs_ms = 0, subject_ms = 0, oracle_ms = 0, baseline_ms = 0;
   Outputs outputs;                  // with JudgeOptions::keep_outputs
   AttentionRows reference;          // with JudgeOptions::keep_outputs
@@ -41,6 +42,10 @@ struct CaseResult {
   /// The command that replays this case.
   std::string reproducer() const;
 };
+
+/// The logit conditioning of a reference computed with its conditions, over
+/// the valid rows and finite values.
+LogitCondition logit_condition(const Problem& problem, const AttentionRows& reference);
 
 /// Judges one case. Throws BadInput for an invalid problem.
 CaseResult judge(Subject& subject, const Problem& problem, const JudgeOptions& options = {});

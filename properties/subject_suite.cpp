@@ -60,8 +60,21 @@ class MutantTest : public testing::Test {
       if (result.template is<rc::detail::FailureResult>()) {
         const auto& failure = result.template get<rc::detail::FailureResult>();
         const int cases = failure.numSuccess + 1;
-        fmt::print("MUTANT CAUGHT: {} by {} after {} case(s)\n  {}\n", mutant_->name(), property.name, cases,
-                   failure.description.substr(0, failure.description.find('\n')));
+        // The counterexample's problem line and the verdict, from the failure's description.
+        std::string evidence;
+        for (const auto& [type, value] : failure.counterExample)
+          if (type.find("Problem") != std::string::npos) evidence += "  problem: " + value + "\n";
+        std::size_t start = 0;
+        while (start < failure.description.size()) {
+          const std::size_t end = failure.description.find('\n', start);
+          const std::string line = failure.description.substr(start, end - start);
+          if (line.find("verdict") != std::string::npos || line.find("differ") != std::string::npos ||
+              line.find("outside") != std::string::npos || line.find("changed") != std::string::npos)
+            evidence += line + "\n";
+          if (end == std::string::npos) break;
+          start = end + 1;
+        }
+        fmt::print("MUTANT CAUGHT: {} by {} after {} case(s)\n{}", mutant_->name(), property.name, cases, evidence);
         RecordProperty("caught_by", std::string(property.name));
         RecordProperty("cases_to_catch", cases);
         return;
