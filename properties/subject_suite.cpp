@@ -4,12 +4,18 @@
 //
 // Tests are registered at run time, after the static registrations of the
 // subjects have run, so a new subject is tested the moment it is linked in.
+//
+// FLASHCHECK_SUBJECTS=name,name,... in the environment runs the properties on
+// just those subjects, mutants included (to see what a mutant's failure looks
+// like, or to focus on one kernel).
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "core/subject.hpp"
 #include "properties/subject_properties.hpp"
@@ -94,7 +100,23 @@ class MutantTest : public testing::Test {
 int main(int argc, char** argv) {
   using namespace flashcheck;
   testing::InitGoogleTest(&argc, argv);
-  for (Subject* subject : Registry::instance().subjects())
+  std::vector<Subject*> under_test = Registry::instance().subjects();
+  if (const char* names = std::getenv("FLASHCHECK_SUBJECTS")) {
+    under_test.clear();
+    std::string list = names;
+    for (std::size_t start = 0; start <= list.size();) {
+      const std::size_t end = std::min(list.find(',', start), list.size());
+      const std::string name = list.substr(start, end - start);
+      Subject* subject = Registry::instance().find(name);
+      if (!subject) {
+        fmt::print(stderr, "FLASHCHECK_SUBJECTS: unknown subject '{}'\n", name);
+        return 2;
+      }
+      under_test.push_back(subject);
+      start = end + 1;
+    }
+  }
+  for (Subject* subject : under_test)
     for (const SubjectProperty& property : subject_properties()) {
       if (!property.applies(subject->capabilities())) continue;
       const std::string suite = "Subject_" + test_name(subject->name());
