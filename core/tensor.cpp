@@ -39,7 +39,8 @@ bool HostTensor::operator==(const HostTensor& other) const {
   if (dtype_ != other.dtype_ || layout_ != other.layout_ || batch_ != other.batch_ || heads_ != other.heads_ ||
       seqlen_ != other.seqlen_ || dim_ != other.dim_)
     return false;
-  return std::memcmp(data(), other.data(), static_cast<std::size_t>(bytes())) == 0;
+  // An empty vector's data() may be null, and memcmp on null is undefined even for 0 bytes.
+  return bytes() == 0 || std::memcmp(data(), other.data(), static_cast<std::size_t>(bytes())) == 0;
 }
 
 void HostTensor::poison() {
