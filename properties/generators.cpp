@@ -129,8 +129,9 @@ void fit_budget(Problem& p, const Capabilities& caps, const DomainLimits& limits
   while (work_of(p) > limits.max_work || bytes() > limits.max_bytes) {
     if (p.batch > 1) {
       p.batch = 1;
-      if (!p.lens_q.empty()) p.lens_q.resize(1);
-      if (!p.lens_kv.empty()) p.lens_kv.resize(1);
+      // erase rather than resize(1): GCC 12 warns falsely (-Warray-bounds) on the latter here.
+      if (!p.lens_q.empty()) p.lens_q.erase(p.lens_q.begin() + 1, p.lens_q.end());
+      if (!p.lens_kv.empty()) p.lens_kv.erase(p.lens_kv.begin() + 1, p.lens_kv.end());
     } else if (p.heads_kv > 1) {
       p.heads_q /= p.heads_kv;
       p.heads_kv = 1;
