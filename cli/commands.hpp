@@ -14,5 +14,6 @@ inline constexpr int kExitBadInput = 2;
 void add_list(CLI::App& app, int& exit_code);
 void add_run(CLI::App& app, int& exit_code);
 void add_bench_oracle(CLI::App& app, int& exit_code);
+void add_bench(CLI::App& app, int& exit_code);
 
 }  // namespace flashcheck::cli

@@ -5,6 +5,7 @@
 
 #include <cctype>
 #include <charconv>
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -146,6 +147,29 @@ std::string_view to_string(MaskKind mask) {
     case MaskKind::window: return "window";
   }
   return "?";
+}
+
+double visible_pairs(const Problem& p) {
+  double pairs = 0;
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    const std::int64_t lq = p.len_q(b), lk = p.len_kv(b);
+    for (std::int64_t i = 0; i < lq; ++i) {
+      const std::int64_t diagonal = i + lk - lq;
+      std::int64_t first = 0, last = lk - 1;
+      if (p.mask == MaskKind::causal_tl) last = std::min(last, i);
+      if (p.mask == MaskKind::causal_br) last = std::min(last, diagonal);
+      if (p.mask == MaskKind::window) {
+        if (p.window_left >= 0) first = std::max(first, diagonal - p.window_left);
+        if (p.window_right >= 0) last = std::min(last, diagonal + p.window_right);
+      }
+      if (last >= first) pairs += static_cast<double>(last - first + 1);
+    }
+  }
+  return pairs * static_cast<double>(p.heads_q);
+}
+
+double attention_flops(const Problem& p) {
+  return 2.0 * static_cast<double>(p.head_dim + p.head_dim_v) * visible_pairs(p);
 }
 
 double default_softmax_scale(std::int64_t head_dim) {

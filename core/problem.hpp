@@ -100,6 +100,12 @@ struct Problem {
   double storage_bytes() const;
 };
 
+/// (query, key) pairs the mask lets through, over every batch entry and query head.
+double visible_pairs(const Problem& problem);
+/// The FLOP count of a call, defined once for every report: the two products,
+/// 2 d + 2 dv FLOPs per visible (query, key) pair (4 B Hq N M d without a mask).
+double attention_flops(const Problem& problem);
+
 /// 1/sqrt(head_dim), the usual softmax scale.
 double default_softmax_scale(std::int64_t head_dim);
 

@@ -58,6 +58,10 @@ struct Capabilities {
   std::int64_t max_seqlen_q = std::numeric_limits<std::int32_t>::max();
   std::int64_t max_seqlen_kv = std::numeric_limits<std::int32_t>::max();
   bool empty_sequences = true;  // seqlen 0 and per-sequence length 0 accepted
+  /// Whether NaN/Inf inputs are in the domain. A kernel that multiplies masked
+  /// keys' values by a zero weight (an unfused GEMM) turns 0 * Inf into NaN; it
+  /// declares nonfinite_inputs = false rather than failing the census.
+  bool nonfinite_inputs = true;
   /// The subject's tile sizes: not constraints, but where generators put the
   /// edge cases (lengths at tile - 1, tile, tile + 1; maxima in the last tile).
   std::int64_t tile_q = 64;

@@ -264,7 +264,7 @@ rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& li
       p.window_right = *bound;
     }
     fit_budget(p, caps, limits);
-    p.values = *gen_values_for(p.dtype, caps.tile_kv, limits.allow_special_values);
+    p.values = *gen_values_for(p.dtype, caps.tile_kv, limits.allow_special_values && caps.nonfinite_inputs);
     p.geometry_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
     p.data_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
     RC_PRE(!unsupported_reason(caps, p));
@@ -303,6 +303,7 @@ rc::Gen<Problem> gen_problem_outside(const Capabilities& caps) {
     if (caps.seqlen_q_multiple > 1) breaks.push_back([&caps](Problem& q) { q.seqlen_q = caps.seqlen_q_multiple + 1; });
     if (caps.seqlen_kv_multiple > 1) breaks.push_back([&caps](Problem& q) { q.seqlen_kv = caps.seqlen_kv_multiple + 1; });
     if (!caps.empty_sequences) breaks.push_back([](Problem& q) { q.seqlen_kv = 0; });
+    if (!caps.nonfinite_inputs) breaks.push_back([](Problem& q) { q.values = ValueDist{ValueFamily::nan_inf, {0.01}}; });
     RC_PRE(!breaks.empty());
     const auto which = *rc::gen::inRange<std::size_t>(0, breaks.size());
     breaks[which](p);

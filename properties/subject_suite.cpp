@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/gpu/device_info.hpp"
 #include "core/subject.hpp"
 #include "properties/subject_properties.hpp"
 
@@ -30,10 +31,20 @@ std::string test_name(std::string_view name) {
   return out;
 }
 
+// GPU subjects are tested only where a device is present: elsewhere their tests
+// are reported SKIPPED (ctest shows them as not run), never passed.
+// Why a subject cannot run here, or empty when it can.
+std::string missing_gpu(const Subject& subject) {
+  if (!subject.capabilities().needs_gpu) return {};
+  const GpuInventory gpus = gpu_devices();
+  return gpus.devices.empty() ? fmt::format("{} needs a GPU: {}", subject.name(), gpus.note) : std::string();
+}
+
 class PropertyTest : public testing::Test {
  public:
   PropertyTest(Subject* subject, const SubjectProperty* property) : subject_(subject), property_(property) {}
   void TestBody() override {
+    if (const std::string why = missing_gpu(*subject_); !why.empty()) GTEST_SKIP() << why;
     RecordProperty("summary", std::string(property_->summary));
     rc::detail::checkGTest([this] { property_->check(*subject_); });
   }
@@ -56,6 +67,7 @@ class MutantTest : public testing::Test {
  public:
   explicit MutantTest(Subject* mutant) : mutant_(mutant) {}
   void TestBody() override {
+    if (const std::string why = missing_gpu(*mutant_); !why.empty()) GTEST_SKIP() << why;
     for (const SubjectProperty& property : subject_properties()) {
       if (!property.applies(mutant_->capabilities())) continue;
       rc::detail::TestMetadata metadata;
@@ -119,12 +131,13 @@ int main(int argc, char** argv) {
   for (Subject* subject : under_test)
     for (const SubjectProperty& property : subject_properties()) {
       if (!property.applies(subject->capabilities())) continue;
-      const std::string suite = "Subject_" + test_name(subject->name());
+      const std::string suite = (subject->capabilities().needs_gpu ? "Gpu_" : "Subject_") + test_name(subject->name());
       testing::RegisterTest(suite.c_str(), std::string(property.name).c_str(), nullptr, nullptr, __FILE__, __LINE__,
                             [subject, &property]() -> testing::Test* { return new PropertyTest(subject, &property); });
     }
   for (Subject* mutant : Registry::instance().mutants())
-    testing::RegisterTest("Mutants", test_name(mutant->name()).c_str(), nullptr, nullptr, __FILE__, __LINE__,
+    testing::RegisterTest(mutant->capabilities().needs_gpu ? "GpuMutants" : "Mutants", test_name(mutant->name()).c_str(),
+                          nullptr, nullptr, __FILE__, __LINE__,
                           [mutant]() -> testing::Test* { return new MutantTest(mutant); });
   return RUN_ALL_TESTS();
 }

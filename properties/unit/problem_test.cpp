@@ -104,3 +104,29 @@ INSTANTIATE_TEST_SUITE_P(
 
 }  // namespace
 }  // namespace flashcheck
+
+namespace flashcheck {
+namespace {
+
+TEST(ProblemTest, FlopsCountOnlyVisiblePairs) {
+  Problem p = make_problem(2, 3, 3, 4, 4, 8, DType::bf16);
+  EXPECT_EQ(visible_pairs(p), 2 * 3 * 16);
+  EXPECT_EQ(attention_flops(p), 4.0 * 2 * 3 * 4 * 4 * 8);
+  p.mask = MaskKind::causal_tl;
+  EXPECT_EQ(visible_pairs(p), 2 * 3 * (1 + 2 + 3 + 4));
+  p.seqlen_kv = 6;  // bottom-right: row i sees i + 3 keys
+  p.mask = MaskKind::causal_br;
+  EXPECT_EQ(visible_pairs(p), 2 * 3 * (3 + 4 + 5 + 6));
+  p.mask = MaskKind::window;
+  p.window_left = 1;
+  p.window_right = 0;  // two keys each (diagonal and one left of it)
+  EXPECT_EQ(visible_pairs(p), 2 * 3 * 4 * 2);
+  p.lens_q = {4, 0};
+  p.lens_kv = {6, 6};
+  EXPECT_EQ(visible_pairs(p), 3 * 4 * 2);
+  p.head_dim_v = 16;
+  EXPECT_EQ(attention_flops(p), 2.0 * (8 + 16) * 3 * 4 * 2);
+}
+
+}  // namespace
+}  // namespace flashcheck

@@ -1,0 +1,107 @@
+// bench: times subjects on problems, CUDA events around the launch alone,
+// after warm-up, cycling through several copies of the inputs, median of N.
+#include <fmt/core.h>
+
+#include <fstream>
+#include <memory>
+#include <vector>
+
+#include "cli/commands.hpp"
+#include "core/record.hpp"
+#include "core/subject.hpp"
+#include "core/values.hpp"
+#ifdef FLASHCHECK_HAVE_CUDA
+#include "core/gpu/gpu_subject.hpp"
+#endif
+
+namespace flashcheck::cli {
+namespace {
+
+struct BenchOptions {
+  std::vector<std::string> subjects;
+  std::vector<std::string> problem_lines;
+  std::string problems_file;
+  std::string record_path;
+  int warmup = 3, repeats = 10, input_sets = 3;
+};
+
+int bench(const BenchOptions& options) {
+  std::vector<Problem> problems;
+  for (const auto& line : options.problem_lines) problems.push_back(parse_problem(line));
+  if (!options.problems_file.empty()) {
+    std::ifstream file(options.problems_file);
+    if (!file) throw std::runtime_error(fmt::format("cannot read problems file '{}'", options.problems_file));
+    std::string line;
+    while (std::getline(file, line))
+      if (line.find_first_not_of(" \t") != std::string::npos && line[line.find_first_not_of(" \t")] != '#')
+        problems.push_back(parse_problem(line));
+  }
+  if (problems.empty()) throw std::runtime_error("no problem given: use --problem '<line>' or --problems FILE");
+  std::vector<Subject*> subjects;
+  for (const auto& name : options.subjects) {
+    if (name == "all") {
+      for (Subject* s : Registry::instance().subjects()) subjects.push_back(s);
+      continue;
+    }
+    Subject* s = Registry::instance().find(name);
+    if (!s) throw std::runtime_error(fmt::format("unknown subject '{}' (flashcheck list shows them)", name));
+    subjects.push_back(s);
+  }
+  std::unique_ptr<RecordWriter> records;
+  if (!options.record_path.empty()) records = std::make_unique<RecordWriter>(options.record_path);
+  fmt::print("{:<20} {:>10} {:>9}  {}\n", "subject", "median ms", "TFLOP/s", "problem");
+  int timed = 0;
+  for (const Problem& p : problems) {
+    const Inputs inputs = generate_inputs(p);
+    for (Subject* subject : subjects) {
+      std::string outcome;
+      double ms = 0;
+#ifdef FLASHCHECK_HAVE_CUDA
+      if (auto* gpu_subject = dynamic_cast<gpu::GpuSubject*>(subject)) {
+        try {
+          ms = gpu_subject->time_ms(p, inputs, options.warmup, options.repeats, options.input_sets);
+        } catch (const std::exception& error) {
+          outcome = error.what();
+        }
+      } else {
+        outcome = "not timed: a CPU subject";
+      }
+#else
+      outcome = "not timed: built without CUDA";
+#endif
+      if (!outcome.empty()) {
+        if (!subject->capabilities().needs_gpu && options.subjects.size() == 1 && options.subjects[0] == "all") continue;
+        fmt::print("{:<20} {:>10} {:>9}  {} ({})\n", subject->name(), "-", "-", to_line(p), outcome);
+        continue;
+      }
+      const double tflops = attention_flops(p) / (ms * 1e-3) / 1e12;
+      fmt::print("{:<20} {:>10.3f} {:>9.2f}  {}\n", subject->name(), ms, tflops, to_line(p));
+      ++timed;
+      if (records)
+        records->write({{"schema", kRecordSchema}, {"kind", "bench"}, {"subject", subject->name()},
+                        {"problem", to_line(p)}, {"median_ms", ms}, {"tflops", tflops},
+                        {"flops", attention_flops(p)}, {"repeats", options.repeats}, {"warmup", options.warmup},
+                        {"input_sets", options.input_sets}});
+    }
+  }
+  return timed > 0 ? kExitPass : kExitBadInput;
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app, int& exit_code) {
+  auto options = std::make_shared<BenchOptions>();
+  auto* command = app.add_subcommand("bench", "Time subjects on problems (CUDA events, median of repetitions)");
+  command->add_option("-s,--subject", options->subjects, "Subject name (repeatable), or 'all'")->required();
+  command->add_option("-p,--problem", options->problem_lines, "A problem line (repeatable)");
+  command->add_option("--problems", options->problems_file, "A file of problem lines");
+  command->add_option("--record", options->record_path, "Append one JSON record per timing");
+  command->add_option("--warmup", options->warmup)->check(CLI::Range(0, 1000))->capture_default_str();
+  command->add_option("--repeats", options->repeats)->check(CLI::Range(1, 10000))->capture_default_str();
+  command->add_option("--input-sets", options->input_sets, "Copies of the inputs cycled through (beat the caches)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  command->callback([options, &exit_code] { exit_code = bench(*options); });
+}
+
+}  // namespace flashcheck::cli

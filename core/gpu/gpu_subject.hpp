@@ -1,0 +1,59 @@
+// GpuSubject: the base of every CUDA kernel under test. It owns everything
+// around the launch, so that each kernel file holds only its kernel, its
+// launcher and its Capabilities:
+//   - the domain check (unsupported without launching), and the device check;
+//   - inputs uploaded in the problem's dtype and layout;
+//   - O and LSE in guarded buffers, poisoned before the call;
+//   - after the call: every CUDA error checked (a sticky one is a `fault`),
+//     guard bands intact (else an out-of-bounds write), no valid output element
+//     still poisoned (else an unwritten output), inputs bit-identical (else an
+//     input modification). Any violation makes the run an `error` naming it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/gpu/runtime.hpp"
+#include "core/subject.hpp"
+
+namespace flashcheck::gpu {
+
+/// One call's device tensors and geometry, as a kernel's launcher receives it.
+/// Strides are in elements, for the [batch, head, seq] axes (the last axis is
+/// contiguous); they encode the layout. LSE is [batch, heads_q, seqlen_q].
+struct AttentionArgs {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;  // null when the subject does not write LSE
+  std::int64_t q_batch_stride, q_head_stride, q_seq_stride;
+  std::int64_t k_batch_stride, k_head_stride, k_seq_stride;
+  std::int64_t v_batch_stride, v_head_stride, v_seq_stride;
+  std::int64_t o_batch_stride, o_head_stride, o_seq_stride;
+  const std::int32_t* lens_q = nullptr;   // per-sequence lengths on the device, or null
+  const std::int32_t* lens_kv = nullptr;
+  int batch, heads_q, heads_kv, seqlen_q, seqlen_kv, head_dim, head_dim_v;
+  int mask;  // MaskKind
+  int window_left, window_right;
+  float scale;
+  cudaStream_t stream;
+};
+
+class GpuSubject : public Subject {
+ public:
+  RunResult run(const Problem& problem, const Inputs& inputs) final;
+
+  /// Median time of the launch alone (CUDA events), after `warmup` launches,
+  /// over `repeats` launches cycling through `input_sets` copies of the inputs
+  /// (so that caches do not flatter). Throws CudaError or std::invalid_argument.
+  double time_ms(const Problem& problem, const Inputs& inputs, int warmup, int repeats, int input_sets);
+
+ protected:
+  /// Enqueues the kernel(s) on args.stream. Throws CudaError on a failed call
+  /// (check_launch after each launch). Called only inside the domain.
+  virtual void launch(const Problem& problem, const AttentionArgs& args, const CallSite& site) = 0;
+};
+
+}  // namespace flashcheck::gpu

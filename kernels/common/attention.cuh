@@ -1,0 +1,46 @@
+// Device helpers shared by the kernel family (never by the oracles): sequence
+// lengths, the mask spec, and the visible key range of a query row.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/gpu/gpu_subject.hpp"
+
+namespace flashcheck::kernels {
+
+// MaskKind values, as kernels see them (core/problem.hpp defines the spec).
+inline constexpr int kMaskNone = 0, kMaskCausalTopLeft = 1, kMaskCausalBottomRight = 2, kMaskWindow = 3;
+
+__device__ __forceinline__ int query_length(const gpu::AttentionArgs& a, int b) {
+  return a.lens_q ? a.lens_q[b] : a.seqlen_q;
+}
+__device__ __forceinline__ int key_length(const gpu::AttentionArgs& a, int b) {
+  return a.lens_kv ? a.lens_kv[b] : a.seqlen_kv;
+}
+
+/// The keys [first, last] query i sees (empty when first > last); with lq
+/// queries and lk keys, the diagonal is bottom-right aligned at i + lk - lq.
+struct KeyRange {
+  int first, last;
+};
+
+__device__ __forceinline__ KeyRange visible_keys(const gpu::AttentionArgs& a, int i, int lq, int lk) {
+  const int diagonal = i + lk - lq;
+  KeyRange range{0, lk - 1};
+  if (a.mask == kMaskCausalTopLeft) range.last = min(range.last, i);
+  if (a.mask == kMaskCausalBottomRight) range.last = min(range.last, diagonal);
+  if (a.mask == kMaskWindow) {
+    if (a.window_left >= 0) range.first = max(range.first, diagonal - a.window_left);
+    if (a.window_right >= 0) range.last = min(range.last, diagonal + a.window_right);
+  }
+  return range;
+}
+
+__device__ __forceinline__ bool sees(const KeyRange& range, int j) { return j >= range.first && j <= range.last; }
+
+/// A quiet NaN, for the plain formula's NaN results.
+__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }
+
+}  // namespace flashcheck::kernels

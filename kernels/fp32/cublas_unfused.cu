@@ -1,0 +1,205 @@
+// cublas_unfused: unfused attention, S = Q K^T and O = P V in cuBLAS SGEMM around a
+// three-pass masked softmax.
+//
+// Lineage: article 000's cuBLAS baseline (section 2). What changes from it: the
+// softmax applies the mask (masked keys get weight exactly 0; a row that sees
+// no key gets all-zero weights and LSE = -inf), propagates NaN like the plain
+// formula (NaN-aware max, no epsilon in the sum), writes LSE, and the GEMMs take
+// GQA, padded batches and both layouts through leading dimensions and batch
+// strides instead of assuming one contiguous [b*h, N, d] block. Why: it is the
+// unfused reference point the fused kernels are timed against, so it must be
+// correct on the same domain. The softmax uses expf/logf (not __expf) because
+// the f32 baseline of the tolerance rule is plain f32 attention.
+// Domain: f32 storage and arithmetic; d in 1..256, dv in 1..256; any
+// seqlen_q/seqlen_kv; none/causal_tl/causal_br/window masks; GQA/MQA; padded
+// batches; LSE; BHSD and BSHD; sm_80+.
+// Domain: finite inputs only (see known_deviations): P V is a GEMM over every
+// key, so a masked key's zero weight meets its V value, and 0 * Inf = NaN.
+// Declared with nonfinite_inputs = false.
+// Speed: not yet measured on the H200.
+#include <cublas_v2.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "kernels/common/attention.cuh"
+
+namespace flashcheck::kernels {
+namespace {
+
+constexpr int kSoftmaxThreads = 128;  // one block per score row
+
+constexpr Capabilities kCapabilities = {
+    .dtypes = {DType::f32},
+    .min_head_dim = 1,
+    .max_head_dim = 256,
+    .max_head_dim_v = 256,
+    .masks = {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window},
+    .gqa = true,
+    .varlen = true,
+    .lse = true,
+    .nonfinite_inputs = false,
+    // Not a tiled kernel: the softmax block strides over a row kSoftmaxThreads
+    // keys at a time, which is where its edge cases are.
+    .tile_kv = kSoftmaxThreads,
+    .needs_gpu = true,
+    .min_compute_capability = 80,
+    .known_deviations = "masked keys with non-finite values poison the GEMM (0*Inf)",
+};
+
+/// Throws gpu::CudaError naming the cuBLAS status, the call, the kernel and the problem.
+void check_cublas(cublasStatus_t status, const char* call, const gpu::CallSite& site) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  // An execution failure may hide a sticky CUDA error: report that one first.
+  if (status == CUBLAS_STATUS_EXECUTION_FAILED) gpu::check(cudaGetLastError(), call, site);
+  throw gpu::CudaError(cudaErrorUnknown,
+                       std::string(call) + " failed: " + cublasGetStatusName(status) + " in kernel " + site.kernel +
+                           " on problem '" + site.problem + "'",
+                       /*sticky=*/false);
+}
+
+// NaN wins: a NaN visible logit makes the row NaN, as in the plain formula.
+struct MaxKeepingNan {
+  __device__ float operator()(float x, float y) const { return isnan(x) ? x : (isnan(y) ? y : fmaxf(x, y)); }
+};
+struct Add {
+  __device__ float operator()(float x, float y) const { return x + y; }
+};
+
+// Block-wide reduction in a fixed order (deterministic); every thread gets the result.
+template <typename Combine>
+__device__ float block_reduce(float value, float* scratch, Combine combine) {
+  for (int offset = 16; offset > 0; offset /= 2) value = combine(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = value;
+  __syncthreads();
+  value = scratch[0];
+  for (int warp = 1; warp < kSoftmaxThreads / 32; ++warp) value = combine(value, scratch[warp]);
+  __syncthreads();  // scratch is reused by the next reduction
+  return value;
+}
+
+// One block per row of the scores of query head h = hk * group + group_index
+// (hk = blockIdx.y), row i = blockIdx.x. Overwrites the row's scores with the
+// weights P in place: max, exp-sum and normalise over the visible keys, 0 for
+// the masked ones (so that the second GEMM skips them, for finite V).
+__global__ void __launch_bounds__(kSoftmaxThreads)
+    masked_softmax_kernel(const gpu::AttentionArgs a, float* scores, std::int64_t scores_ld, int b, int group_index,
+                          int lq, int lk) {
+  __shared__ float scratch[kSoftmaxThreads / 32];
+  const int i = blockIdx.x, hk = blockIdx.y, h = hk * (a.heads_q / a.heads_kv) + group_index;
+  float* row = scores + (static_cast<std::int64_t>(hk) * lq + i) * scores_ld;
+  float* lse = a.lse ? a.lse + (static_cast<std::int64_t>(b) * a.heads_q + h) * a.seqlen_q + i : nullptr;
+  const KeyRange range = visible_keys(a, i, lq, lk);
+  if (range.first > range.last) {  // fully masked (uniform across the block): weights 0, LSE = -inf
+    for (int j = threadIdx.x; j < lk; j += kSoftmaxThreads) row[j] = 0.0f;
+    if (threadIdx.x == 0 && lse) *lse = -INFINITY;
+    return;
+  }
+  float maximum = -INFINITY;
+  for (int j = range.first + threadIdx.x; j <= range.last; j += kSoftmaxThreads) maximum = MaxKeepingNan{}(maximum, row[j]);
+  maximum = block_reduce(maximum, scratch, MaxKeepingNan{});
+  // No special case for a -inf or +inf maximum: s - max is then NaN somewhere,
+  // and the row comes out NaN as the plain formula's does.
+  float sum = 0.0f;
+  for (int j = range.first + threadIdx.x; j <= range.last; j += kSoftmaxThreads) sum += expf(row[j] - maximum);
+  sum = block_reduce(sum, scratch, Add{});
+  for (int j = threadIdx.x; j < lk; j += kSoftmaxThreads) row[j] = sees(range, j) ? expf(row[j] - maximum) / sum : 0.0f;
+  if (threadIdx.x == 0 && lse) *lse = maximum + logf(sum);
+}
+
+// A sequence without keys: every valid row is fully masked (O = 0, LSE = -inf).
+// Row i = blockIdx.x of query head h = blockIdx.y.
+__global__ void no_keys_kernel(const gpu::AttentionArgs a, int b) {
+  const int i = blockIdx.x, h = blockIdx.y;
+  float* out = static_cast<float*>(a.o) + b * a.o_batch_stride + h * a.o_head_stride + i * a.o_seq_stride;
+  for (int c = threadIdx.x; c < a.head_dim_v; c += blockDim.x) out[c] = 0.0f;
+  if (threadIdx.x == 0 && a.lse) a.lse[(static_cast<std::int64_t>(b) * a.heads_q + h) * a.seqlen_q + i] = -INFINITY;
+}
+
+class CublasUnfused final : public gpu::GpuSubject {
+ public:
+  ~CublasUnfused() override {
+    // At process exit; a poisoned context cannot run cuBLAS's teardown.
+    if (handle_ && !gpu::context_poisoned()) cublasDestroy(handle_);
+  }
+  std::string_view name() const override { return "cublas-unfused"; }
+  std::string_view description() const override {
+    return "unfused attention: cuBLAS SGEMM, three-pass masked softmax, cuBLAS SGEMM (f32, S materialised)";
+  }
+  const Capabilities& capabilities() const override { return kCapabilities; }
+
+ private:
+  void launch(const Problem& problem, const gpu::AttentionArgs& args, const gpu::CallSite& site) override {
+    if (!handle_) {
+      check_cublas(cublasCreate(&handle_), "cublasCreate", site);
+      // Pedantic math: FP32 in every phase. It rules out TF32 tensor cores and
+      // FP32 emulation even when NVIDIA_TF32_OVERRIDE or the emulation
+      // environment variables ask for them, so the subject stays plain f32.
+      check_cublas(cublasSetMathMode(handle_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode", site);
+    }
+    check_cublas(cublasSetStream(handle_, args.stream), "cublasSetStream", site);
+
+    const int group = args.heads_q / args.heads_kv;
+    // Scores of one (batch, query head in group) pair across all K/V heads:
+    // [heads_kv][lq][ld], ld = lk rounded up to 4 floats (16-byte rows).
+    auto scores_ld = [](std::int64_t lk) { return (lk + 3) / 4 * 4; };
+    std::int64_t scores_elements = 0;
+    for (std::int64_t b = 0; b < problem.batch; ++b)
+      scores_elements = std::max(scores_elements, args.heads_kv * problem.len_q(b) * scores_ld(problem.len_kv(b)));
+    const gpu::DeviceBuffer scores_buffer(static_cast<std::size_t>(scores_elements) * sizeof(float), site);
+    auto* scores = static_cast<float*>(scores_buffer.get());
+
+    const float zero = 0.0f, one = 1.0f, scale = args.scale;
+    const auto* q = static_cast<const float*>(args.q);
+    const auto* k = static_cast<const float*>(args.k);
+    const auto* v = static_cast<const float*>(args.v);
+    auto* o = static_cast<float*>(args.o);
+    for (int b = 0; b < args.batch; ++b) {
+      // Lengths from the host Problem: lens_q/lens_kv in args live on the device.
+      const auto lq = static_cast<int>(problem.len_q(b)), lk = static_cast<int>(problem.len_kv(b));
+      if (lq == 0) continue;
+      if (lk == 0) {
+        no_keys_kernel<<<dim3(lq, args.heads_q), 128, 0, args.stream>>>(args, b);
+        gpu::check_launch("no_keys_kernel", site);
+        continue;
+      }
+      const std::int64_t ld = scores_ld(lk);
+      for (int g = 0; g < group; ++g) {
+        // One batched call per query head in the group, batched over the K/V
+        // heads: query head hk * group + g reads K/V head hk (no zero strides).
+        // cuBLAS is column-major: a row-major [rows][ld] matrix is its transpose.
+        // S^T (lk x lq) = (K as [d x lk])^T (Q as [d x lq]), scaled by alpha.
+        check_cublas(cublasSgemmStridedBatched(handle_, CUBLAS_OP_T, CUBLAS_OP_N, lk, lq, args.head_dim, &scale,
+                                               k + b * args.k_batch_stride, static_cast<int>(args.k_seq_stride),
+                                               args.k_head_stride, q + b * args.q_batch_stride + g * args.q_head_stride,
+                                               static_cast<int>(args.q_seq_stride), group * args.q_head_stride, &zero,
+                                               scores, static_cast<int>(ld), static_cast<long long>(lq) * ld,
+                                               args.heads_kv),
+                     "cublasSgemmStridedBatched (S = Q K^T)", site);
+        masked_softmax_kernel<<<dim3(lq, args.heads_kv), kSoftmaxThreads, 0, args.stream>>>(args, scores, ld, b, g,
+                                                                                             lq, lk);
+        gpu::check_launch("masked_softmax_kernel", site);
+        // O^T (dv x lq) = (V as [dv x lk]) (P as [lk x lq]). beta = 0: cuBLAS
+        // does not read O, so its poison never reaches the result.
+        check_cublas(cublasSgemmStridedBatched(handle_, CUBLAS_OP_N, CUBLAS_OP_N, args.head_dim_v, lq, lk, &one,
+                                               v + b * args.v_batch_stride, static_cast<int>(args.v_seq_stride),
+                                               args.v_head_stride, scores, static_cast<int>(ld),
+                                               static_cast<long long>(lq) * ld, &zero,
+                                               o + b * args.o_batch_stride + g * args.o_head_stride,
+                                               static_cast<int>(args.o_seq_stride), group * args.o_head_stride,
+                                               args.heads_kv),
+                     "cublasSgemmStridedBatched (O = P V)", site);
+      }
+    }
+    // The scores buffer is freed on return: let the work that reads it finish.
+    gpu::check(cudaStreamSynchronize(args.stream), "cudaStreamSynchronize (before freeing the scores)", site);
+  }
+
+  cublasHandle_t handle_ = nullptr;  // created on the first launch, bound to each launch's stream
+};
+
+SubjectRegistration<CublasUnfused> registration;
+
+}  // namespace
+}  // namespace flashcheck::kernels

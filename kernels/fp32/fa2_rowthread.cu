@@ -1,0 +1,52 @@
+// fa2_rowthread: FlashAttention-2's loop order, a thread per query row.
+//
+// Lineage: article 001 (a minimal FlashAttention-2 forward). What changes from
+// minimal_rowthread (the FlashAttention-1 order): the Q tile is the outer loop
+// and each thread keeps its row's output unnormalised in registers across all
+// K/V tiles, dividing by the running sum once at the end, instead of reading,
+// rescaling and writing O in global memory after every tile. It writes
+// L = m + log(l), the log-sum-exp. Tiles entirely outside a row block's masked
+// range are skipped; only boundary tiles test the mask.
+// Domain: f32 storage and arithmetic; d, dv <= 128; any seqlen_q/seqlen_kv
+// (tails predicated); none/causal_tl/causal_br/window masks; GQA/MQA; padded
+// batches; LSE; BHSD and BSHD.
+// Speed: not yet measured on the H200 (see docs/perf.md once gpu-check has run).
+#include "kernels/fp32/fa2_rowthread_kernel.cuh"
+
+namespace flashcheck::kernels {
+namespace {
+
+constexpr Capabilities kCapabilities = {
+    .dtypes = {DType::f32},
+    .min_head_dim = 1,
+    .max_head_dim = kFa2MaxHeadDim,
+    .max_head_dim_v = kFa2MaxHeadDim,
+    .masks = {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window},
+    .gqa = true,
+    .varlen = true,
+    .lse = true,
+    .tile_q = kFa2Rows,
+    .tile_kv = kFa2Keys,
+    .needs_gpu = true,
+    .min_compute_capability = 80,
+};
+
+class Fa2RowThread final : public gpu::GpuSubject {
+ public:
+  std::string_view name() const override { return "fa2-rowthread"; }
+  std::string_view description() const override { return "FlashAttention-2 loop order, a thread per query row (f32)"; }
+  const Capabilities& capabilities() const override { return kCapabilities; }
+
+ private:
+  void launch(const Problem&, const gpu::AttentionArgs& args, const gpu::CallSite& site) override {
+    launch_fa2_rowthread<Fa2Flaw::none>(args, site);
+  }
+};
+
+SubjectRegistration<Fa2RowThread> registration;
+
+}  // namespace
+
+template void launch_fa2_rowthread<Fa2Flaw::none>(const gpu::AttentionArgs&, const gpu::CallSite&);
+
+}  // namespace flashcheck::kernels
