@@ -48,6 +48,8 @@ constexpr int kMaxChunks = kMaxHeadDim / 16;  // O accumulator fragments per war
 constexpr int kHalfPad = 8;                   // halves of padding per shared row (16 bytes: fewer bank conflicts)
 constexpr int kScoreLd = kKeys + 4;           // floats per row of a warp's score tile
 constexpr int kProbLd = kKeys + kHalfPad;     // halves per row of a warp's weight tile
+constexpr int kFixupLd = kProbLd / 2;         // floats per row of an O fragment staged in that space
+static_assert(kFixupLd % 4 == 0, "WMMA float tiles need a leading dimension of 16 bytes");
 
 constexpr Capabilities kCapabilities = {
     .dtypes = {DType::f32},
@@ -211,7 +213,7 @@ __global__ void __launch_bounds__(kThreads) wmma_tiles_kernel(const gpu::Attenti
       const bool interior = warp_rows == kWarpRows && warp_last_row.first <= tile && warp_first_row.last >= tile + kKeys - 1;
 
       // S = scale * Q K^T for 16 rows x 32 keys, accumulated over d in chunks of 16.
-#pragma unroll
+#pragma unroll 1  // unrolled, the two S fragments' loads overlap and spill
       for (int key_block = 0; key_block < kKeys / 16; ++key_block) {
         FragAcc s;
         wmma::fill_fragment(s, 0.0f);
@@ -298,21 +300,29 @@ __global__ void __launch_bounds__(kThreads) wmma_tiles_kernel(const gpu::Attenti
 
       // Rare: add the zeroed non-finite V entries of visible keys, weighted in
       // f32 (a visible key of weight 0 gives 0 * Inf = NaN, as in the formula).
+      // Each O fragment goes through shared memory (the f16 weights' space, now
+      // free) so that lanes can address it by row and column.
       if (tile_v_nonfinite) {
+        float* fixup = reinterpret_cast<float*>(warp_probs);  // [16][kFixupLd]
 #pragma unroll
         for (int c = 0; c < kMaxChunks; ++c) {
           if (c >= dv_chunks) break;
-#pragma unroll
-          for (int e = 0; e < FragAcc::num_elements; ++e) {
-            const int r = element_cell[e] / 16, column = c * 16 + element_cell[e] % 16;
+          __syncwarp();
+          wmma::store_matrix_sync(fixup, o_acc[c], kFixupLd, wmma::mem_row_major);
+          __syncwarp();
+          for (int cell = lane; cell < 16 * 16; cell += 32) {
+            const int r = cell / 16, column = c * 16 + cell % 16;
             const unsigned visible = row_bits[r];
             for (int n = 0; n < kKeys; ++n) {
               if (!(visible >> n & 1u)) continue;
               const float value = __half2float(__float2half_rn(v[(tile + n) * a.v_seq_stride + column]));
-              if (!isfinite(value)) o_acc[c].x[e] += warp_scores[r * kScoreLd + n] * value;
+              if (!isfinite(value)) fixup[r * kFixupLd + cell % 16] += warp_scores[r * kScoreLd + n] * value;
             }
           }
+          __syncwarp();
+          wmma::load_matrix_sync(o_acc[c], fixup, kFixupLd, wmma::mem_row_major);
         }
+        __syncwarp();  // the next tile's weights overwrite the fixup space
       }
     }
     __syncthreads();  // the next tile overwrites k_tile and v_tile
