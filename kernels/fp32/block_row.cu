@@ -15,7 +15,10 @@
 // Domain: f32 storage and arithmetic; d, dv <= 256; any seqlen_q/seqlen_kv;
 // none/causal_tl/causal_br/window masks; GQA/MQA; padded batches; LSE; BHSD and
 // BSHD.
-// Speed: not yet measured on the H200.
+// Speed (H200, 2026-11-21, scripts/gpu-check: CUDA events, median of 10):
+//   f32 B=4 H=16 N=M=1024 d=64: 9.005 ms, 1.91 TFLOP/s; causal_br 4.297 ms, 2.00 TFLOP/s
+//   f32 B=2 H=16 N=M=2048 d=128: 25.672 ms, 2.68 TFLOP/s
+//   decode f32 B=16 Hq=32 Hkv=8 Sq=1 Skv=8192 d=128: 1.486 ms
 #include <cuda_runtime.h>
 
 #include <cstdint>

@@ -17,7 +17,10 @@
 // Domain: f32 storage and arithmetic; d, dv <= 128; any seqlen_q/seqlen_kv
 // (tails predicated); none/causal_tl/causal_br/window masks; GQA/MQA; padded
 // batches; LSE; BHSD and BSHD.
-// Speed: not yet measured on the H200.
+// Speed (H200, 2026-11-21, scripts/gpu-check: CUDA events, median of 10):
+//   f32 B=4 H=16 N=M=1024 d=64: 10.267 ms, 1.67 TFLOP/s; causal_br 6.538 ms, 1.32 TFLOP/s
+//   f32 B=2 H=16 N=M=2048 d=128: 50.920 ms, 1.35 TFLOP/s
+//   decode f32 B=16 Hq=32 Hkv=8 Sq=1 Skv=8192 d=128: 130.750 ms
 #include <cuda_runtime.h>
 
 #include <cstddef>

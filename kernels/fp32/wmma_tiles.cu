@@ -122,7 +122,9 @@ __device__ __forceinline__ bool store_finite_halves(half* to, float4 x) {
 }
 
 // grid: x = 64-row query tile, y = batch * heads_q (from bh_offset); block: 4 warps.
-__global__ void __launch_bounds__(kThreads) wmma_tiles_kernel(const gpu::AttentionArgs a, int bh_offset) {
+// Three blocks per SM caps registers at 168, what the kernel needs without
+// spilling (left free, ptxas for sm_90a settles on 128 and spills).
+__global__ void __launch_bounds__(kThreads, 3) wmma_tiles_kernel(const gpu::AttentionArgs a, int bh_offset) {
   extern __shared__ __align__(128) unsigned char shared[];
   const int bh = bh_offset + blockIdx.y, b = bh / a.heads_q, h = bh % a.heads_q, hk = h / (a.heads_q / a.heads_kv);
   const int lq = query_length(a, b), lk = key_length(a, b);
