@@ -10,7 +10,9 @@ namespace flashcheck {
 double noise_floor(DType dtype, double scale) { return kFloorRoundings * unit_roundoff(dtype) * scale; }
 
 double logit_noise(const LogitCondition& condition, double value) {
-  return kLogitRoundings * unit_roundoff(DType::f32) * std::sqrt(static_cast<double>(condition.head_dim)) * value;
+  return kLogitRoundings *
+         (unit_roundoff(DType::f32) * std::sqrt(static_cast<double>(condition.head_dim)) + 2 * condition.input_unit) *
+         value;
 }
 
 namespace {

@@ -54,11 +54,17 @@ inline constexpr double kLogitRoundings = 2.0;
 /// (AttentionRows::o_condition and lse_condition over the compared rows).
 struct LogitCondition {
   std::int64_t head_dim = 1;
+  /// Unit roundoff of the rounding the subject applies to its inputs before the
+  /// products: 0 when it computes in its storage dtype; u(f16) for a kernel
+  /// that stores f32 but computes in f16. Rounding q and k relatively by u moves
+  /// each logit by at most 2u a_j, deterministically (no sqrt(d)).
+  double input_unit = 0;
   double o_max = 0, o_rms = 0;      // per element: sum_j p_j a_j (|V[j,c]| + |O[c]|)
   double lse_max = 0, lse_rms = 0;  // per row: sum_j p_j a_j
 };
 
-/// The logit noise for a condition value: kLogitRoundings u_f32 sqrt(d) condition.
+/// The logit noise for a condition value:
+/// kLogitRoundings (u_f32 sqrt(d) + 2 input_unit) condition.
 double logit_noise(const LogitCondition& condition, double value);
 
 /// One inequality of the rule.

@@ -103,6 +103,7 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
 
   result.baseline_metrics = compare(problem, baseline, reference, problem.dtype);
   result.condition = logit_condition(problem, reference);
+  if (result.baseline_dtype != problem.dtype) result.condition.input_unit = unit_roundoff(result.baseline_dtype);
   const Bounds bounds = rule_bounds(result.baseline_metrics, problem.dtype, result.condition);
   const AttentionRows got = gather_rows(problem, run.outputs, result.rows);
   result.subject_metrics = compare(problem, got, reference, problem.dtype, bounds);

@@ -151,12 +151,14 @@ void fit_budget(Problem& p, const Capabilities& caps, const DomainLimits& limits
 
 }  // namespace
 
-rc::Gen<ValueDist> gen_values_for(DType dtype, std::int64_t tile_kv, bool allow_special_values) {
+rc::Gen<ValueDist> gen_values_for(DType storage, DType compute, std::int64_t tile_kv, bool allow_special_values) {
   using rc::gen::just;
-  // |V| near the dtype's maximum, but small enough that an unnormalised f32
-  // accumulator over up to 2048 keys cannot overflow (half types store O in
-  // range; bf16 and f32 share f32's range, so their V stays 2^-12 of it).
-  const double v_frac = dtype == DType::f16 ? 0.5 : 0x1p-12;
+  // |V| near the maximum of the dtype the subject computes in, but small enough
+  // that an unnormalised f32 accumulator over up to 2048 keys cannot overflow
+  // (f16 keeps half its range; bf16 and f32 share f32's range, so their V stays
+  // 2^-12 of it). near_overflow's parameter is a fraction of the storage max.
+  const double v_magnitude = compute == DType::f16 ? 0.5 * max_finite(DType::f16) : 0x1p-12 * max_finite(compute);
+  const double v_frac = v_magnitude / max_finite(storage);
   std::vector<std::pair<std::size_t, rc::Gen<ValueDist>>> choices = {
       {6, rc::gen::map(rc::gen::pair(rc::gen::inRange(-20, 21), rc::gen::inRange(1, 40)),
                        [](auto mean_std) {
@@ -264,7 +266,8 @@ rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& li
       p.window_right = *bound;
     }
     fit_budget(p, caps, limits);
-    p.values = *gen_values_for(p.dtype, caps.tile_kv, limits.allow_special_values && caps.nonfinite_inputs);
+    p.values = *gen_values_for(p.dtype, caps.compute_dtype.value_or(p.dtype), caps.tile_kv,
+                               limits.allow_special_values && caps.nonfinite_inputs);
     p.geometry_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
     p.data_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
     RC_PRE(!unsupported_reason(caps, p));

@@ -54,8 +54,9 @@ rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& li
 /// unsupported path. Discards when the domain has no outside.
 rc::Gen<Problem> gen_problem_outside(const Capabilities& caps);
 
-/// Value distributions for a dtype, adversarial ones included.
-rc::Gen<ValueDist> gen_values_for(DType dtype, std::int64_t tile_kv, bool allow_special_values);
+/// Value distributions for a storage dtype and the dtype the subject computes
+/// in (its range bounds the values), adversarial ones included.
+rc::Gen<ValueDist> gen_values_for(DType storage, DType compute, std::int64_t tile_kv, bool allow_special_values);
 
 }  // namespace flashcheck
 

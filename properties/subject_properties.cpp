@@ -322,11 +322,13 @@ void convex_hull(Subject& subject) {
                                   to_line(p)));
             continue;
           }
+          // The hull of V as the subject sees it: rounded to the dtype it computes in.
+          const DType work = subject.capabilities().compute_dtype.value_or(p.dtype);
           double lo = kInfinity, hi = -kInfinity;
           for (std::int64_t j = 0; j < lk; ++j)
             if (spec_sees(p, i, j, lq, lk)) {
-              lo = std::min(lo, in.v.get(b, hk, j, c));
-              hi = std::max(hi, in.v.get(b, hk, j, c));
+              lo = std::min(lo, round_to(work, in.v.get(b, hk, j, c)));
+              hi = std::max(hi, round_to(work, in.v.get(b, hk, j, c)));
             }
           const double slack = static_cast<double>(seen + 2) * units * std::max(std::fabs(lo), std::fabs(hi));
           if (!(o >= lo - slack && o <= hi + slack))

@@ -29,6 +29,7 @@ namespace flashcheck::kernels {
 namespace {
 
 constexpr int kSoftmaxThreads = 128;  // one block per score row
+static_assert(kSoftmaxThreads % 32 == 0 && kSoftmaxThreads <= 32 * 32, "block_reduce combines whole warps in one step");
 
 constexpr Capabilities kCapabilities = {
     .dtypes = {DType::f32},
@@ -97,7 +98,8 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
     return;
   }
   float maximum = -INFINITY;
-  for (int j = range.first + threadIdx.x; j <= range.last; j += kSoftmaxThreads) maximum = MaxKeepingNan{}(maximum, row[j]);
+  for (int j = range.first + threadIdx.x; j <= range.last; j += kSoftmaxThreads)
+    maximum = MaxKeepingNan{}(maximum, row[j]);
   maximum = block_reduce(maximum, scratch, MaxKeepingNan{});
   // No special case for a -inf or +inf maximum: s - max is then NaN somewhere,
   // and the row comes out NaN as the plain formula's does.

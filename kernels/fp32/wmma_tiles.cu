@@ -50,6 +50,9 @@ constexpr int kScoreLd = kKeys + 4;           // floats per row of a warp's scor
 constexpr int kProbLd = kKeys + kHalfPad;     // halves per row of a warp's weight tile
 constexpr int kFixupLd = kProbLd / 2;         // floats per row of an O fragment staged in that space
 static_assert(kFixupLd % 4 == 0, "WMMA float tiles need a leading dimension of 16 bytes");
+static_assert(kWarpRows * 2 == 32, "the softmax gives each query row of a warp a pair of lanes");
+static_assert(kKeys == 32, "a row's visible keys in a tile are one 32-bit mask, 16 keys per lane of a pair");
+static_assert(kMaxHeadDim % 16 == 0, "head dims are whole WMMA tiles");
 
 constexpr Capabilities kCapabilities = {
     .dtypes = {DType::f32},
@@ -212,7 +215,8 @@ __global__ void __launch_bounds__(kThreads, 3) wmma_tiles_kernel(const gpu::Atte
     const bool warp_sees_tile = warp_rows > 0 && tile <= warp_last_row.last && tile + kKeys - 1 >= warp_first_row.first;
     if (warp_sees_tile) {
       // Every row of the warp sees every key of the tile: no per-element mask.
-      const bool interior = warp_rows == kWarpRows && warp_last_row.first <= tile && warp_first_row.last >= tile + kKeys - 1;
+      const bool interior =
+          warp_rows == kWarpRows && warp_last_row.first <= tile && warp_first_row.last >= tile + kKeys - 1;
 
       // S = scale * Q K^T for 16 rows x 32 keys, accumulated over d in chunks of 16.
 #pragma unroll 1  // unrolled, the two S fragments' loads overlap and spill
@@ -340,7 +344,9 @@ __global__ void __launch_bounds__(kThreads, 3) wmma_tiles_kernel(const gpu::Atte
     row_scalar[my_row] = running_sum;
     row_bits[my_row] = row_kind;
     if (my_row_valid && a.lse) {
-      const float lse = row_kind == kZeroRow ? -INFINITY : row_kind == kNanRow ? quiet_nan() : running_max + logf(running_sum);
+      const float lse = row_kind == kZeroRow  ? -INFINITY
+                        : row_kind == kNanRow ? quiet_nan()
+                                              : running_max + logf(running_sum);
       a.lse[(static_cast<std::int64_t>(b) * a.heads_q + h) * a.seqlen_q + warp_row0 + my_row] = lse;
     }
   }
