@@ -24,7 +24,10 @@
 // 16 in 16..128; any seqlen_q/seqlen_kv (zero-padded tails, padded keys masked);
 // none/causal_tl/causal_br/window masks; GQA/MQA; padded batches; LSE; BHSD and
 // BSHD; sm_80+. Inputs beyond f16's range become +-Inf, as in f16 attention.
-// Speed: not yet measured on the H200.
+// Speed (H200, 2026-11-21, scripts/gpu-check: CUDA events, median of 10):
+//   f32 B=4 H=16 N=M=1024 d=64: 0.582 ms, 29.53 TFLOP/s; causal_br 0.382 ms, 22.51 TFLOP/s
+//   f32 B=2 H=16 N=M=2048 d=128: 1.550 ms, 44.33 TFLOP/s
+//   decode f32 B=16 Hq=32 Hkv=8 Sq=1 Skv=8192 d=128: 3.691 ms
 #include <cuda_fp16.h>
 #include <mma.h>
 
