@@ -26,17 +26,7 @@ struct BenchOptions {
 };
 
 int bench(const BenchOptions& options) {
-  std::vector<Problem> problems;
-  for (const auto& line : options.problem_lines) problems.push_back(parse_problem(line));
-  if (!options.problems_file.empty()) {
-    std::ifstream file(options.problems_file);
-    if (!file) throw std::runtime_error(fmt::format("cannot read problems file '{}'", options.problems_file));
-    std::string line;
-    while (std::getline(file, line))
-      if (line.find_first_not_of(" \t") != std::string::npos && line[line.find_first_not_of(" \t")] != '#')
-        problems.push_back(parse_problem(line));
-  }
-  if (problems.empty()) throw std::runtime_error("no problem given: use --problem '<line>' or --problems FILE");
+  const std::vector<Problem> problems = read_problems(options.problem_lines, options.problems_file);
   std::vector<Subject*> subjects;
   for (const auto& name : options.subjects) {
     if (name == "all") {

@@ -4,11 +4,20 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+#include <vector>
+
+#include "core/problem.hpp"
+
 namespace flashcheck::cli {
 
 inline constexpr int kExitPass = 0;
 inline constexpr int kExitFail = 1;
 inline constexpr int kExitBadInput = 2;
+
+/// Problems from --problem lines and a --problems file ('#' starts a comment);
+/// a bad line throws BadInput naming the file and line.
+std::vector<Problem> read_problems(const std::vector<std::string>& lines, const std::string& file);
 
 /// Adds `list` to the app; the returned flag is set when it was chosen.
 void add_list(CLI::App& app, int& exit_code);

@@ -51,29 +51,8 @@ void print_case(const CaseResult& r) {
   else fmt::print("{}", explain(r));
 }
 
-std::vector<std::pair<std::string, Problem>> read_problems(const RunOptions& options) {
-  std::vector<std::pair<std::string, Problem>> problems;
-  for (const auto& line : options.problem_lines) problems.emplace_back("--problem", parse_problem(line));
-  if (!options.problems_file.empty()) {
-    std::ifstream file(options.problems_file);
-    if (!file) throw std::runtime_error(fmt::format("cannot read problems file '{}'", options.problems_file));
-    std::string line;
-    for (int number = 1; std::getline(file, line); ++number) {
-      const auto first = line.find_first_not_of(" \t\r");
-      if (first == std::string::npos || line[first] == '#') continue;
-      try {
-        problems.emplace_back(fmt::format("{}:{}", options.problems_file, number), parse_problem(line));
-      } catch (const BadInput& error) {
-        throw BadInput(error.field(), fmt::format("{} (at {}:{})", error.reason(), options.problems_file, number));
-      }
-    }
-  }
-  if (problems.empty()) throw std::runtime_error("no problem given: use --problem '<line>' or --problems FILE");
-  return problems;
-}
-
 int run_cases(const RunOptions& options) {
-  const auto problems = read_problems(options);
+  const auto problems = read_problems(options.problem_lines, options.problems_file);
   std::vector<Subject*> subjects;
   bool every_subject = false;
   for (const auto& name : options.subjects) {
@@ -93,7 +72,7 @@ int run_cases(const RunOptions& options) {
   judge_options.max_rows = options.max_rows;
   int passed = 0, failed = 0, unsupported = 0;
   const bool single = problems.size() * subjects.size() == 1;
-  for (const auto& [where, problem] : problems) {
+  for (const Problem& problem : problems) {
     for (Subject* subject : subjects) {
       const CaseResult result = judge(*subject, problem, judge_options);
       if (records) records->write(to_record(result));

@@ -56,4 +56,35 @@ class GpuSubject : public Subject {
   virtual void launch(const Problem& problem, const AttentionArgs& args, const CallSite& site) = 0;
 };
 
+/// The launcher of a kernel whose domain and launch need nothing but the args.
+using Launcher = void (*)(const AttentionArgs& args, const CallSite& site);
+
+/// A GpuSubject made of a name, a description, a domain and a launcher: what
+/// most kernel files register.
+class KernelSubject final : public GpuSubject {
+ public:
+  KernelSubject(std::string_view name, std::string_view description, const Capabilities& capabilities,
+                Launcher launcher)
+      : name_(name), description_(description), capabilities_(capabilities), launcher_(launcher) {}
+  std::string_view name() const override { return name_; }
+  std::string_view description() const override { return description_; }
+  const Capabilities& capabilities() const override { return capabilities_; }
+
+ private:
+  void launch(const Problem&, const AttentionArgs& args, const CallSite& site) override { launcher_(args, site); }
+  std::string_view name_, description_;
+  const Capabilities& capabilities_;
+  Launcher launcher_;
+};
+
+/// Registers a KernelSubject (or, with Registry::Kind::mutant, a mutant) at
+/// static-initialisation time. The strings and the Capabilities must be static.
+struct KernelRegistration {
+  KernelRegistration(std::string_view name, std::string_view description, const Capabilities& capabilities,
+                     Launcher launcher, Registry::Kind kind = Registry::Kind::subject) {
+    Registry::instance().add(
+        [=, &capabilities] { return std::make_unique<KernelSubject>(name, description, capabilities, launcher); }, kind);
+  }
+};
+
 }  // namespace flashcheck::gpu

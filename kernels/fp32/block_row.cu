@@ -197,21 +197,9 @@ constexpr Capabilities kCapabilities = {
     .min_compute_capability = 80,
 };
 
-class BlockRow final : public gpu::GpuSubject {
- public:
-  std::string_view name() const override { return "block-row"; }
-  std::string_view description() const override {
-    return "a block per query row, threads split the keys, block-wide online softmax over 1024-key chunks (f32)";
-  }
-  const Capabilities& capabilities() const override { return kCapabilities; }
-
- private:
-  void launch(const Problem&, const gpu::AttentionArgs& args, const gpu::CallSite& site) override {
-    launch_block_row(args, site);
-  }
-};
-
-SubjectRegistration<BlockRow> registration;
+gpu::KernelRegistration registration("block-row",
+                                      "a block per query row, threads split the keys, block-wide online softmax over 1024-key chunks (f32)",
+                                      kCapabilities, launch_block_row);
 
 }  // namespace
 }  // namespace flashcheck::kernels

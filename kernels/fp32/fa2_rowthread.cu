@@ -19,34 +19,8 @@
 namespace flashcheck::kernels {
 namespace {
 
-constexpr Capabilities kCapabilities = {
-    .dtypes = {DType::f32},
-    .min_head_dim = 1,
-    .max_head_dim = kFa2MaxHeadDim,
-    .max_head_dim_v = kFa2MaxHeadDim,
-    .masks = {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window},
-    .gqa = true,
-    .varlen = true,
-    .lse = true,
-    .tile_q = kFa2Rows,
-    .tile_kv = kFa2Keys,
-    .needs_gpu = true,
-    .min_compute_capability = 80,
-};
-
-class Fa2RowThread final : public gpu::GpuSubject {
- public:
-  std::string_view name() const override { return "fa2-rowthread"; }
-  std::string_view description() const override { return "FlashAttention-2 loop order, a thread per query row (f32)"; }
-  const Capabilities& capabilities() const override { return kCapabilities; }
-
- private:
-  void launch(const Problem&, const gpu::AttentionArgs& args, const gpu::CallSite& site) override {
-    launch_fa2_rowthread<Fa2Flaw::none>(args, site);
-  }
-};
-
-SubjectRegistration<Fa2RowThread> registration;
+gpu::KernelRegistration registration("fa2-rowthread", "FlashAttention-2 loop order, a thread per query row (f32)",
+                                      kFa2Capabilities, launch_fa2_rowthread<Fa2Flaw::none>);
 
 }  // namespace
 

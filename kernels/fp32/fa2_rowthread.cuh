@@ -28,4 +28,22 @@ inline constexpr int kFa2Keys = 32;
 /// Largest head dim (Q/K and V): the per-thread q and o rows live in local arrays.
 inline constexpr int kFa2MaxHeadDim = 128;
 
+/// fa2_rowthread's domain (its mutants share it): f32 storage and arithmetic;
+/// d, dv <= 128; any seqlen_q/seqlen_kv (tails predicated); every mask;
+/// GQA/MQA; padded batches; LSE; BHSD and BSHD.
+inline constexpr Capabilities kFa2Capabilities = {
+    .dtypes = {DType::f32},
+    .min_head_dim = 1,
+    .max_head_dim = kFa2MaxHeadDim,
+    .max_head_dim_v = kFa2MaxHeadDim,
+    .masks = {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window},
+    .gqa = true,
+    .varlen = true,
+    .lse = true,
+    .tile_q = kFa2Rows,
+    .tile_kv = kFa2Keys,
+    .needs_gpu = true,
+    .min_compute_capability = 80,
+};
+
 }  // namespace flashcheck::kernels

@@ -186,21 +186,9 @@ constexpr Capabilities kCapabilities = {
     .min_compute_capability = 80,
 };
 
-class MinimalRowThread final : public gpu::GpuSubject {
- public:
-  std::string_view name() const override { return "minimal-rowthread"; }
-  std::string_view description() const override {
-    return "FlashAttention-1 loop, a thread per query row, O rescaled in global memory per K/V tile (f32)";
-  }
-  const Capabilities& capabilities() const override { return kCapabilities; }
-
- private:
-  void launch(const Problem&, const gpu::AttentionArgs& args, const gpu::CallSite& site) override {
-    launch_minimal_rowthread(args, site);
-  }
-};
-
-SubjectRegistration<MinimalRowThread> registration;
+gpu::KernelRegistration registration("minimal-rowthread",
+                                      "FlashAttention-1 loop, a thread per query row, O rescaled in global memory per K/V tile (f32)",
+                                      kCapabilities, launch_minimal_rowthread);
 
 }  // namespace
 }  // namespace flashcheck::kernels

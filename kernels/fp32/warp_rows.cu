@@ -184,21 +184,9 @@ constexpr Capabilities kCapabilities = {
     .min_compute_capability = 80,
 };
 
-class WarpRows final : public gpu::GpuSubject {
- public:
-  std::string_view name() const override { return "warp-rows"; }
-  std::string_view description() const override {
-    return "a warp per query row, 8 rows per block sharing 32-key K/V tiles, shuffle reductions (f32)";
-  }
-  const Capabilities& capabilities() const override { return kCapabilities; }
-
- private:
-  void launch(const Problem&, const gpu::AttentionArgs& args, const gpu::CallSite& site) override {
-    launch_warp_rows(args, site);
-  }
-};
-
-SubjectRegistration<WarpRows> registration;
+gpu::KernelRegistration registration("warp-rows",
+                                      "a warp per query row, 8 rows per block sharing 32-key K/V tiles, shuffle reductions (f32)",
+                                      kCapabilities, launch_warp_rows);
 
 }  // namespace
 }  // namespace flashcheck::kernels

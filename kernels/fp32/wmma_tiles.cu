@@ -383,21 +383,9 @@ void launch_wmma_tiles(const gpu::AttentionArgs& args, const gpu::CallSite& site
   }
 }
 
-class WmmaTiles final : public gpu::GpuSubject {
- public:
-  std::string_view name() const override { return "wmma-tiles"; }
-  std::string_view description() const override {
-    return "FlashAttention-2 order on WMMA tensor cores, f16 operands, f32 softmax and accumulators (f32 in/out)";
-  }
-  const Capabilities& capabilities() const override { return kCapabilities; }
-
- private:
-  void launch(const Problem&, const gpu::AttentionArgs& args, const gpu::CallSite& site) override {
-    launch_wmma_tiles(args, site);
-  }
-};
-
-SubjectRegistration<WmmaTiles> registration;
+gpu::KernelRegistration registration("wmma-tiles",
+                                      "FlashAttention-2 order on WMMA tensor cores, f16 operands, f32 softmax and accumulators (f32 in/out)",
+                                      kCapabilities, launch_wmma_tiles);
 
 }  // namespace
 }  // namespace flashcheck::kernels

@@ -5,39 +5,9 @@
 namespace flashcheck::kernels {
 namespace {
 
-constexpr Capabilities kCapabilities = {
-    .dtypes = {DType::f32},
-    .min_head_dim = 1,
-    .max_head_dim = kFa2MaxHeadDim,
-    .max_head_dim_v = kFa2MaxHeadDim,
-    .masks = {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window},
-    .gqa = true,
-    .varlen = true,
-    .lse = true,
-    .tile_q = kFa2Rows,
-    .tile_kv = kFa2Keys,
-    .needs_gpu = true,
-    .min_compute_capability = 80,
-};
-
-template <Fa2Flaw kFlaw>
-class Fa2Mutant final : public gpu::GpuSubject {
- public:
-  Fa2Mutant(std::string_view name, std::string_view what) : name_(name), what_(what) {}
-  std::string_view name() const override { return name_; }
-  std::string_view description() const override { return what_; }
-  const Capabilities& capabilities() const override { return kCapabilities; }
-
- private:
-  void launch(const Problem&, const gpu::AttentionArgs& args, const gpu::CallSite& site) override {
-    launch_fa2_rowthread<kFlaw>(args, site);
-  }
-  std::string_view name_, what_;
-};
-
 template <Fa2Flaw kFlaw>
 void add(std::string_view name, std::string_view what) {
-  MutantRegistration([name, what] { return std::make_unique<Fa2Mutant<kFlaw>>(name, what); });
+  gpu::KernelRegistration(name, what, kFa2Capabilities, launch_fa2_rowthread<kFlaw>, Registry::Kind::mutant);
 }
 
 struct Registrations {

@@ -1,0 +1,31 @@
+#include <fmt/core.h>
+
+#include <fstream>
+#include <stdexcept>
+
+#include "cli/commands.hpp"
+
+namespace flashcheck::cli {
+
+std::vector<Problem> read_problems(const std::vector<std::string>& lines, const std::string& file) {
+  std::vector<Problem> problems;
+  for (const auto& line : lines) problems.push_back(parse_problem(line));
+  if (!file.empty()) {
+    std::ifstream stream(file);
+    if (!stream) throw std::runtime_error(fmt::format("cannot read problems file '{}'", file));
+    std::string line;
+    for (int number = 1; std::getline(stream, line); ++number) {
+      const auto first = line.find_first_not_of(" \t\r");
+      if (first == std::string::npos || line[first] == '#') continue;
+      try {
+        problems.push_back(parse_problem(line));
+      } catch (const BadInput& error) {
+        throw BadInput(error.field(), fmt::format("{} (at {}:{})", error.reason(), file, number));
+      }
+    }
+  }
+  if (problems.empty()) throw std::runtime_error("no problem given: use --problem '<line>' or --problems FILE");
+  return problems;
+}
+
+}  // namespace flashcheck::cli
