@@ -40,6 +40,22 @@ __device__ __forceinline__ KeyRange visible_keys(const gpu::AttentionArgs& a, in
 
 __device__ __forceinline__ bool sees(const KeyRange& range, int j) { return j >= range.first && j <= range.last; }
 
+inline constexpr unsigned kFullWarp = 0xffffffffu;
+
+/// Butterfly reductions over a warp: every lane ends with the same bits (each
+/// step adds a pair in both orders, and + and max commute exactly), so the
+/// result does not depend on which lane reads it.
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(kFullWarp, x, offset));
+  return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(kFullWarp, x, offset);
+  return x;
+}
+
 /// A quiet NaN, for the plain formula's NaN results.
 __device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }
 

@@ -36,19 +36,6 @@ constexpr int kBlockRowColumns = kBlockRowMaxHeadDim / kBlockRowThreads;  // out
 static_assert(kBlockRowThreads % 32 == 0 && kBlockRowMaxHeadDim % kBlockRowThreads == 0);
 static_assert(kBlockRowMaxHeadDim % 4 == 0, "the Q row is read as float4");
 
-constexpr unsigned kFullWarp = 0xffffffffu;
-
-// Butterfly reductions: every lane ends with the same bits (+ and max commute exactly).
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(kFullWarp, x, offset));
-  return x;
-}
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(kFullWarp, x, offset);
-  return x;
-}
 
 __global__ void __launch_bounds__(kBlockRowThreads) block_row_kernel(const gpu::AttentionArgs a) {
   __shared__ __align__(16) float q_row[kBlockRowMaxHeadDim];

@@ -37,19 +37,6 @@ constexpr int kWarpRowsColumns = kWarpRowsMaxHeadDim / 32;  // output columns pe
 static_assert(kWarpRowsKeys == 32, "lane j takes key j of a tile");
 static_assert(kWarpRowsMaxHeadDim % 32 == 0);
 
-constexpr unsigned kFullWarp = 0xffffffffu;
-
-// Butterfly reductions: every lane ends with the same bits (+ and max commute exactly).
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(kFullWarp, x, offset));
-  return x;
-}
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(kFullWarp, x, offset);
-  return x;
-}
 
 // Dynamic shared memory: Q rows [Br][d], K [Bc][d|1], V [Bc][dv] (floats).
 std::size_t warp_rows_shared_bytes(int head_dim, int head_dim_v) {
