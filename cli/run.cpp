@@ -47,6 +47,10 @@ void print_case(const CaseResult& r) {
              census.mismatches == 0 ? "agrees" : fmt::format("{} position(s) differ", census.mismatches), census.got_nan,
              census.got_pos_inf + census.got_neg_inf, census.want_nan, census.want_pos_inf + census.want_neg_inf,
              s.has_lse && s.lse.census.mismatches ? fmt::format("; LSE: {} differ", s.lse.census.mismatches) : "");
+  if (r.peer)
+    fmt::print("  vs {} (same inputs): err(subject)/err({}) = {:.2f} (max), {:.2f} (rmse); {}\n", r.peer->name,
+               r.peer->name, r.peer->o_max_ratio, r.peer->o_rmse_ratio, r.peer->version);
+  if (!r.subject_version.empty()) fmt::print("  subject: {}\n", r.subject_version);
   if (r.verdict.pass) fmt::print("  verdict: PASS -- {}\n", r.verdict.rule);
   else fmt::print("{}", explain(r));
 }
@@ -70,6 +74,7 @@ int run_cases(const RunOptions& options) {
 
   JudgeOptions judge_options;
   judge_options.max_rows = options.max_rows;
+  judge_options.with_peer = true;
   int passed = 0, failed = 0, unsupported = 0;
   const bool single = problems.size() * subjects.size() == 1;
   for (const Problem& problem : problems) {

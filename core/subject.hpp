@@ -107,6 +107,8 @@ class Subject {
   virtual std::string_view name() const = 0;
   virtual std::string_view description() const = 0;
   virtual const Capabilities& capabilities() const = 0;
+  /// Versions of the libraries behind the subject, for its records (empty: none).
+  virtual std::string version_info() const { return {}; }
   /// Runs one call. Implementations check the domain first and return
   /// unsupported (without touching anything) outside it.
   virtual RunResult run(const Problem& problem, const Inputs& inputs) = 0;

@@ -76,6 +76,7 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
   CaseResult result;
   result.problem = problem;
   result.subject = std::string(subject.name());
+  result.subject_version = subject.version_info();
   const Capabilities& caps = subject.capabilities();
   result.baseline_dtype = caps.compute_dtype.value_or(problem.dtype);
   if (auto reason = unsupported_reason(caps, problem)) {
@@ -108,6 +109,21 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
   const AttentionRows got = gather_rows(problem, run.outputs, result.rows);
   result.subject_metrics = compare(problem, got, reference, problem.dtype, bounds);
   result.verdict = decide(result.subject_metrics, result.baseline_metrics, problem.dtype, result.condition);
+  // The peer baseline (cuDNN) on the same inputs, for half-precision problems.
+  Subject* peer = options.with_peer && problem.dtype != DType::f32 ? Registry::instance().find("cudnn") : nullptr;
+  if (peer && peer != &subject) {
+    const RunResult peer_run = peer->run(problem, inputs);
+    if (peer_run.status == Status::ok) {
+      PeerResult p;
+      p.name = std::string(peer->name());
+      p.version = peer->version_info();
+      p.metrics = compare(problem, gather_rows(problem, peer_run.outputs, result.rows), reference, problem.dtype);
+      auto ratio = [](double a, double b) { return b > 0 ? a / b : (a > 0 ? INFINITY : 1.0); };
+      p.o_max_ratio = ratio(result.subject_metrics.o.errors.max_abs, p.metrics.o.errors.max_abs);
+      p.o_rmse_ratio = ratio(result.subject_metrics.o.errors.rmse, p.metrics.o.errors.rmse);
+      result.peer = std::move(p);
+    }
+  }
   if (options.keep_outputs) {
     result.outputs = std::move(run.outputs);
     result.reference = reference;
@@ -162,6 +178,7 @@ nlohmann::json to_record(const CaseResult& r) {
   };
   record["time"] = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   if (!r.message.empty()) record["message"] = r.message;
+  if (!r.subject_version.empty()) record["subject_version"] = r.subject_version;
   if (!r.ran()) {
     record["verdict"] = to_string(r.status);
     return record;
@@ -173,6 +190,9 @@ nlohmann::json to_record(const CaseResult& r) {
                         {"metrics", to_json(r.baseline_metrics)}};
   record["metrics"] = to_json(r.subject_metrics);
   record["tolerance"] = to_json(r.verdict);
+  if (r.peer)
+    record["peer"] = {{"name", r.peer->name}, {"version", r.peer->version}, {"metrics", to_json(r.peer->metrics)},
+                      {"o_max_ratio", r.peer->o_max_ratio}, {"o_rmse_ratio", r.peer->o_rmse_ratio}};
   record["logit_condition"] = {{"o_max", r.condition.o_max}, {"o_rms", r.condition.o_rms},
                                {"lse_max", r.condition.lse_max}, {"lse_rms", r.condition.lse_rms}};
   return record;

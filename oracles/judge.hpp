@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "core/metrics.hpp"
@@ -19,12 +20,24 @@ struct JudgeOptions {
   std::uint64_t row_seed = 0;
   /// Keep the subject's outputs in the result (for metamorphic comparisons).
   bool keep_outputs = false;
+  /// For half-precision problems, also run the peer baseline (the `cudnn`
+  /// subject, where it is built and a GPU is present) on the same inputs and
+  /// report err(subject) / err(peer).
+  bool with_peer = false;
+};
+
+/// The peer baseline's errors on the same case, against the same oracle.
+struct PeerResult {
+  std::string name, version;
+  CaseMetrics metrics;
+  double o_max_ratio = 0, o_rmse_ratio = 0;  // err(subject) / err(peer)
 };
 
 /// Everything one case produced.
 struct CaseResult {
   Problem problem;
   std::string subject;
+  std::string subject_version;      // libraries behind the subject (cuDNN and frontend versions)
   Status status = Status::ok;
   std::string message;              // why it was unsupported or failed to run
   DType baseline_dtype = DType::f32;
@@ -33,6 +46,7 @@ struct CaseResult {
   CaseMetrics baseline_metrics;     // cpu_lowp vs cpu_f64
   Verdict verdict;
   LogitCondition condition;         // the floor's logit conditioning, from cpu_f64
+  std::optional<PeerResult> peer;   // with JudgeOptions::with_peer, when the peer ran
   double inputs_ms = 0, subject_ms = 0, oracle_ms = 0, baseline_ms = 0;
   Outputs outputs;                  // with JudgeOptions::keep_outputs
   AttentionRows reference;          // with JudgeOptions::keep_outputs

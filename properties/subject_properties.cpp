@@ -25,11 +25,23 @@ JudgeOptions keep_outputs() {
   return options;
 }
 
-// Judges a case and keeps its outputs; a subject that does not run is a failure.
+// Judges a case and keeps its outputs. A refusal discovered at launch (a
+// library declining a configuration inside the declared domain) discards the
+// case; any other failure to run fails the property.
 CaseResult run_case(Subject& subject, const Problem& p, const Inputs& in) {
   CaseResult result = judge(subject, p, in, keep_outputs());
+  if (result.status == Status::unsupported) RC_DISCARD("refused at launch: " + result.message);
   if (!result.ran()) RC_FAIL("the subject did not run:\n" + explain(result));
   return result;
+}
+
+// Runs a subject without judging it, with the same rules as run_case.
+RunResult run_subject(Subject& subject, const Problem& p, const Inputs& in) {
+  RunResult run = subject.run(p, in);
+  if (run.status == Status::unsupported) RC_DISCARD("refused at launch: " + run.message);
+  if (run.status != Status::ok)
+    RC_FAIL(fmt::format("the subject returned {}: {}\n  problem: '{}'", to_string(run.status), run.message, to_line(p)));
+  return run;
 }
 
 // The spec's visibility rule, written once more for the properties (they must
@@ -298,8 +310,7 @@ void value_affine_map(Subject& subject) {
 void convex_hull(Subject& subject) {
   const Problem p = *gen_problem_in(subject.capabilities(), {.allow_special_values = false});
   const Inputs in = generate_inputs(p);
-  const RunResult run = subject.run(p, in);
-  RC_ASSERT(run.status == Status::ok);
+  const RunResult run = run_subject(subject, p, in);
   // Each O[i, c] is a convex combination of V[j, c] over the keys row i sees,
   // with no tolerance rule: only rounding can carry it past the hull's edge:
   // the weights rounded to the working dtype before P V (as kernels do: their
@@ -359,8 +370,7 @@ void causal_prefix(Subject& subject) {
         for (std::int64_t c = 0; c < p.head_dim; ++c) changed.k.set(b, h, j, c, -3 * in.k.get(b, h, j, c) + 1);
         for (std::int64_t c = 0; c < p.head_dim_v; ++c) changed.v.set(b, h, j, c, 7 * in.v.get(b, h, j, c) - 2);
       }
-  const RunResult before = subject.run(p, in), after = subject.run(p, changed);
-  RC_ASSERT(before.status == Status::ok && after.status == Status::ok);
+  const RunResult before = run_subject(subject, p, in), after = run_subject(subject, p, changed);
   std::int64_t unaffected_rows = 0;
   auto unaffected = [&](std::int64_t b, std::int64_t, std::int64_t i) {
     for (std::int64_t j = cut; j < p.len_kv(b); ++j)
@@ -388,8 +398,7 @@ void batch_and_head_independence(Subject& subject) {
   for (std::int64_t h = target_hk * p.group_size(); h < (target_hk + 1) * p.group_size(); ++h)
     for (std::int64_t i = 0; i < p.seqlen_q; ++i)
       for (std::int64_t c = 0; c < p.head_dim; ++c) changed.q.set(target_b, h, i, c, 0.5 * in.q.get(target_b, h, i, c) + 1);
-  const RunResult before = subject.run(p, in), after = subject.run(p, changed);
-  RC_ASSERT(before.status == Status::ok && after.status == Status::ok);
+  const RunResult before = run_subject(subject, p, in), after = run_subject(subject, p, changed);
   assert_bitwise("another (batch, head)'s inputs", p, before.outputs, after.outputs,
                  [&](std::int64_t b, std::int64_t h, std::int64_t) { return b != target_b || h / p.group_size() != target_hk; },
                  p);
@@ -601,8 +610,7 @@ void unsupported_is_refused(Subject& subject) {
 void deterministic(Subject& subject) {
   const Problem p = *gen_problem_in(subject.capabilities());
   const Inputs in = generate_inputs(p);
-  const RunResult first = subject.run(p, in), second = subject.run(p, in);
-  RC_ASSERT(first.status == Status::ok && second.status == Status::ok);
+  const RunResult first = run_subject(subject, p, in), second = run_subject(subject, p, in);
   if (!(first.outputs.o == second.outputs.o))
     RC_FAIL(fmt::format("two runs gave different O bits\n  problem: '{}'", to_line(p)));
   RC_ASSERT(first.outputs.lse.size() == second.outputs.lse.size());

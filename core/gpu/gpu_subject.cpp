@@ -176,6 +176,10 @@ RunResult GpuSubject::run(const Problem& p, const Inputs& in) {
       result.status = Status::error;
       for (const auto& violation : violations) result.message += (result.message.empty() ? "" : "; ") + violation;
     }
+  } catch (const Unsupported& refusal) {
+    result = RunResult{};  // nothing was written
+    result.status = Status::unsupported;
+    result.message = refusal.what();
   } catch (const CudaError& error) {
     result.status = error.sticky() ? Status::fault : Status::error;
     result.message = error.what();

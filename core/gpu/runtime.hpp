@@ -25,6 +25,13 @@ class CudaError : public std::runtime_error {
   bool sticky_;
 };
 
+/// A refusal discovered at launch time (a library declining a configuration):
+/// the call becomes Status::unsupported carrying the library's message.
+class Unsupported : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 /// Whether an error leaves the CUDA context unusable.
 bool is_sticky(cudaError_t code);
 
