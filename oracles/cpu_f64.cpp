@@ -79,7 +79,10 @@ AttentionRows cpu_f64_reference(const Problem& p, const Inputs& in, const RowSet
         abs_keys.resize(keys.size());
         abs_values.resize(values.size());
         for (std::size_t n = 0; n < keys.size(); ++n) abs_keys[n] = std::fabs(keys[n]);
-        for (std::size_t n = 0; n < values.size(); ++n) abs_values[n] = std::fabs(values[n]);
+        // Non-finite values are the NaN/Inf census's business; the conditioning
+        // counts them as 0 so that the finite elements' floors stay finite.
+        for (std::size_t n = 0; n < values.size(); ++n)
+          abs_values[n] = std::isfinite(values[n]) ? std::fabs(values[n]) : 0.0;
       }
 
       const std::int64_t tasks = p.group_size() * blocks;
@@ -159,7 +162,7 @@ AttentionRows cpu_f64_reference(const Problem& p, const Inputs& in, const RowSet
             double* o = out.o_row(b, h, row_slots[begin + r]);
             for (std::int64_t c = 0; c < dv; ++c) o[c] = block_out[r * dv + c] / row_sum[r];
           }
-          if (with_condition && values_finite) {
+          if (with_condition) {
             // A = scale |Q| |K|^T (each logit's absolute condition), W = P o A
             // with P normalised; per row sum_j W_j, per element W |V| + |O| sum_j W_j.
             abs_queries.resize(static_cast<std::size_t>(count * d));

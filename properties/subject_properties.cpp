@@ -333,13 +333,19 @@ void convex_hull(Subject& subject) {
                                   to_line(p)));
             continue;
           }
-          // The hull of V as the subject sees it: rounded to the dtype it computes in.
-          const DType work = subject.capabilities().compute_dtype.value_or(p.dtype);
+          // The hull of V as the subject sees it: rounded to the dtype it computes
+          // in, and subnormals flushed to zero where it declares so.
+          const Capabilities& caps = subject.capabilities();
+          const DType work = caps.compute_dtype.value_or(p.dtype);
+          auto seen_value = [&](double x) {
+            x = round_to(work, x);
+            return caps.subnormals_flushed && std::fabs(x) < min_normal(work) ? 0.0 : x;
+          };
           double lo = kInfinity, hi = -kInfinity;
           for (std::int64_t j = 0; j < lk; ++j)
             if (spec_sees(p, i, j, lq, lk)) {
-              lo = std::min(lo, round_to(work, in.v.get(b, hk, j, c)));
-              hi = std::max(hi, round_to(work, in.v.get(b, hk, j, c)));
+              lo = std::min(lo, seen_value(in.v.get(b, hk, j, c)));
+              hi = std::max(hi, seen_value(in.v.get(b, hk, j, c)));
             }
           const double slack = static_cast<double>(seen + 2) * units * std::max(std::fabs(lo), std::fabs(hi));
           if (!(o >= lo - slack && o <= hi + slack))

@@ -41,10 +41,16 @@ constexpr Capabilities kCapabilities = {
     .varlen = true,
     .lse = true,
     .empty_sequences = false,  // cuDNN takes no zero-length sequence dimension
+    // Measured on the H200 (cuDNN 9.14): a NaN in V at a masked key makes that
+    // output column NaN (masked probabilities multiply V as zeros), so
+    // non-finite inputs are outside the domain; subnormal inputs are flushed.
+    .nonfinite_inputs = false,
+    .subnormals_flushed = true,
     .tile_q = 128,
     .tile_kv = 128,
     .needs_gpu = true,
     .min_compute_capability = 80,
+    .known_deviations = "masked keys' non-finite values leak into O (0 x NaN); subnormal inputs are flushed to zero",
 };
 
 struct CachedGraph {
