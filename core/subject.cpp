@@ -29,6 +29,8 @@ std::optional<std::string> unsupported_reason(const Capabilities& caps, const Pr
     return fmt::format("seqlen_kv {} is not a multiple of {}", p.seqlen_kv, caps.seqlen_kv_multiple);
   if (!caps.nonfinite_inputs && p.values.family == ValueFamily::nan_inf)
     return std::string("non-finite inputs (values=nan_inf) are not supported");
+  if (caps.may_flush_subnormals && p.values.family == ValueFamily::subnormal)
+    return std::string("subnormal inputs (values=subnormal) may be flushed to zero by this subject");
   if (!caps.empty_sequences) {
     bool empty = p.seqlen_q == 0 || p.seqlen_kv == 0;
     for (std::int64_t b = 0; b < p.batch; ++b) empty = empty || p.len_q(b) == 0 || p.len_kv(b) == 0;
@@ -66,6 +68,7 @@ std::string describe(const Capabilities& caps) {
   if (caps.compute_dtype) text += fmt::format(" computes_in={}", to_string(*caps.compute_dtype));
   text += caps.needs_gpu ? fmt::format(" device=gpu(sm_{}+)", caps.min_compute_capability) : " device=cpu";
   if (!caps.nonfinite_inputs) text += " finite_inputs_only";
+  if (caps.may_flush_subnormals) text += " may_flush_subnormals";
   if (!caps.empty_sequences) text += " no_empty_sequences";
   if (!caps.known_deviations.empty()) text += fmt::format(" deviations=\"{}\"", caps.known_deviations);
   return text;

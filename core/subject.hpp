@@ -62,9 +62,11 @@ struct Capabilities {
   /// keys' values by a zero weight (an unfused GEMM) turns 0 * Inf into NaN; it
   /// declares nonfinite_inputs = false rather than failing the census.
   bool nonfinite_inputs = true;
-  /// Whether the subject flushes subnormal inputs to zero (cuDNN does): the
-  /// convex-hull property then takes the hull of the flushed values.
-  bool subnormals_flushed = false;
+  /// Whether the subject may flush subnormal inputs to zero (cuDNN does in
+  /// some configurations and not in others): inputs of the `subnormal` value
+  /// family are then outside its domain, and the convex-hull property allows
+  /// both the flushed and the unflushed hull.
+  bool may_flush_subnormals = false;
   /// The subject's tile sizes: not constraints, but where generators put the
   /// edge cases (lengths at tile - 1, tile, tile + 1; maxima in the last tile).
   std::int64_t tile_q = 64;

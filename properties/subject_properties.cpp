@@ -334,18 +334,17 @@ void convex_hull(Subject& subject) {
             continue;
           }
           // The hull of V as the subject sees it: rounded to the dtype it computes
-          // in, and subnormals flushed to zero where it declares so.
+          // in, and, where it declares it may flush subnormals, with them as 0 too.
           const Capabilities& caps = subject.capabilities();
           const DType work = caps.compute_dtype.value_or(p.dtype);
-          auto seen_value = [&](double x) {
-            x = round_to(work, x);
-            return caps.subnormals_flushed && std::fabs(x) < min_normal(work) ? 0.0 : x;
-          };
           double lo = kInfinity, hi = -kInfinity;
           for (std::int64_t j = 0; j < lk; ++j)
             if (spec_sees(p, i, j, lq, lk)) {
-              lo = std::min(lo, seen_value(in.v.get(b, hk, j, c)));
-              hi = std::max(hi, seen_value(in.v.get(b, hk, j, c)));
+              const double x = round_to(work, in.v.get(b, hk, j, c));
+              // A subject that may flush subnormals sees either x or 0.
+              const double flushed = caps.may_flush_subnormals && std::fabs(x) < min_normal(work) ? 0.0 : x;
+              lo = std::min({lo, x, flushed});
+              hi = std::max({hi, x, flushed});
             }
           const double slack = static_cast<double>(seen + 2) * units * std::max(std::fabs(lo), std::fabs(hi));
           if (!(o >= lo - slack && o <= hi + slack))

@@ -43,14 +43,17 @@ constexpr Capabilities kCapabilities = {
     .empty_sequences = false,  // cuDNN takes no zero-length sequence dimension
     // Measured on the H200 (cuDNN 9.14): a NaN in V at a masked key makes that
     // output column NaN (masked probabilities multiply V as zeros), so
-    // non-finite inputs are outside the domain; subnormal inputs are flushed.
+    // non-finite inputs are outside the domain; subnormal inputs are flushed to
+    // zero in some configurations (bf16, d=192) and not in others (f16, d=80).
     .nonfinite_inputs = false,
-    .subnormals_flushed = true,
+    .may_flush_subnormals = true,
     .tile_q = 128,
     .tile_kv = 128,
     .needs_gpu = true,
     .min_compute_capability = 80,
-    .known_deviations = "masked keys' non-finite values leak into O (0 x NaN); subnormal inputs are flushed to zero",
+    .known_deviations = "masked keys' non-finite values leak into O (0 x NaN); subnormal inputs may be flushed to zero; "
+                        "bottom-right alignment with max seqlen_q > seqlen_kv is refused (fully masked rows arise only "
+                        "through padding, where O = 0 and LSE = -inf as flashcheck's convention)",
 };
 
 struct CachedGraph {
