@@ -41,6 +41,15 @@ std::optional<std::string> unsupported_reason(const Capabilities& caps, const Pr
   return std::nullopt;
 }
 
+std::optional<RunResult> refuse_outside(const Capabilities& caps, const Problem& problem) {
+  auto reason = unsupported_reason(caps, problem);
+  if (!reason) return std::nullopt;
+  RunResult result;
+  result.status = Status::unsupported;
+  result.message = std::move(*reason);
+  return result;
+}
+
 std::string describe(const Capabilities& caps) {
   std::vector<std::string_view> dtypes, masks, layouts;
   for (DType t : {DType::f32, DType::f16, DType::bf16})

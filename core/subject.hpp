@@ -87,6 +87,11 @@ struct Capabilities {
 /// Why a problem is outside a domain, or nullopt when it is inside.
 std::optional<std::string> unsupported_reason(const Capabilities& caps, const Problem& problem);
 
+struct RunResult;
+/// The `unsupported` result for a problem outside a domain, or nullopt inside
+/// it: the first line of every Subject::run.
+std::optional<RunResult> refuse_outside(const Capabilities& caps, const Problem& problem);
+
 /// One line describing a domain, for `flashcheck list`.
 std::string describe(const Capabilities& caps);
 

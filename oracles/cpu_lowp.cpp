@@ -123,12 +123,8 @@ AttentionRows cpu_lowp_rows(const Problem& p, const Inputs& in, const RowSet& ro
 }
 
 RunResult CpuLowp::run(const Problem& problem, const Inputs& inputs) {
+  if (auto refusal_outside = refuse_outside(capabilities(), problem)) return *refusal_outside;
   RunResult result;
-  if (auto reason = unsupported_reason(capabilities(), problem)) {
-    result.status = Status::unsupported;
-    result.message = *reason;
-    return result;
-  }
   const auto start = std::chrono::steady_clock::now();
   const AttentionRows rows = cpu_lowp_rows(problem, inputs, all_rows(problem), problem.dtype);
   result.outputs = make_outputs(problem);

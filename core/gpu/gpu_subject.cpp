@@ -89,12 +89,8 @@ std::optional<std::string> device_refusal(const Capabilities& caps) {
 }  // namespace
 
 RunResult GpuSubject::run(const Problem& p, const Inputs& in) {
+  if (auto refusal_outside = refuse_outside(capabilities(), p)) return *refusal_outside;
   RunResult result;
-  if (auto reason = unsupported_reason(capabilities(), p)) {
-    result.status = Status::unsupported;
-    result.message = *reason;
-    return result;
-  }
   if (auto refusal = device_refusal(capabilities())) {
     result.status = context_poisoned() ? Status::fault : Status::unsupported;
     result.message = *refusal;

@@ -23,12 +23,8 @@ bool CpuPlain::sees(const Problem& p, std::int64_t i, std::int64_t j, std::int64
 }
 
 RunResult CpuPlain::run(const Problem& p, const Inputs& in) {
+  if (auto refusal_outside = refuse_outside(capabilities(), p)) return *refusal_outside;
   RunResult result;
-  if (auto reason = unsupported_reason(capabilities(), p)) {
-    result.status = Status::unsupported;
-    result.message = *reason;
-    return result;
-  }
   result.outputs = make_outputs(p);
   result.outputs.has_lse = true;
   const float minus_infinity = -std::numeric_limits<float>::infinity();
