@@ -148,6 +148,19 @@ void assert_bitwise(std::string_view relation, const Problem& p, const Outputs& 
 
 AttentionRows rows_of(const Problem& p, const Outputs& outputs) { return gather_rows(p, outputs, all_rows(p)); }
 
+// How far a judged case's O and LSE may be from the exact result: its rule
+// bound (k x baseline + floor). A relation between two cases' outputs holds
+// to within the sum of their bounds, as both are within theirs of exact values
+// that satisfy the relation exactly.
+struct CaseBound {
+  double o = 0, lse = 0;
+};
+
+CaseBound bound_of(const CaseResult& r) {
+  const Bounds b = rule_bounds(r.baseline_metrics, r.problem.dtype, r.condition);
+  return {*b.o, b.lse.value_or(0)};  // the baseline always has LSE
+}
+
 // Problems for the exact-arithmetic relations: small integers (exact in every
 // dtype, and after the transformations below).
 Problem with_small_integers(Problem p) {
@@ -216,9 +229,9 @@ void key_value_permutation(Subject& subject) {
       }
     }
   const CaseResult base = run_case(subject, p, in), permuted = run_case(subject, p, moved);
-  const Bounds b1 = rule_bounds(base.baseline_metrics, p.dtype, base.condition), b2 = rule_bounds(permuted.baseline_metrics, p.dtype, permuted.condition);
-  assert_related("K/V row permutation", p, rows_of(p, permuted.outputs), rows_of(p, base.outputs), *b1.o + *b2.o,
-                 b1.lse.value_or(0) + b2.lse.value_or(0), {&p});
+  const CaseBound b1 = bound_of(base), b2 = bound_of(permuted);
+  assert_related("K/V row permutation", p, rows_of(p, permuted.outputs), rows_of(p, base.outputs), b1.o + b2.o,
+                 b1.lse + b2.lse, {&p});
 }
 
 void query_permutation(Subject& subject) {
@@ -246,9 +259,9 @@ void query_permutation(Subject& subject) {
         std::copy_n(original.o_row(b, h, orders[b][i]), p.head_dim_v, expected.o_row(b, h, i));
         expected.lse[expected.index(b, h, i)] = original.lse[original.index(b, h, orders[b][i])];
       }
-  const Bounds b1 = rule_bounds(base.baseline_metrics, p.dtype, base.condition), b2 = rule_bounds(permuted.baseline_metrics, p.dtype, permuted.condition);
-  assert_related("Q row permutation", p, rows_of(p, permuted.outputs), expected, *b1.o + *b2.o,
-                 b1.lse.value_or(0) + b2.lse.value_or(0), {&p});
+  const CaseBound b1 = bound_of(base), b2 = bound_of(permuted);
+  assert_related("Q row permutation", p, rows_of(p, permuted.outputs), expected, b1.o + b2.o,
+                 b1.lse + b2.lse, {&p});
 }
 
 void key_shift_invariance(Subject& subject) {
@@ -279,9 +292,9 @@ void key_shift_invariance(Subject& subject) {
       }
   RC_CLASSIFY(largest_shift >= 100, "shift >= 100 logits");
   RC_CLASSIFY(largest_shift >= 1000, "shift >= 1000 logits");
-  const Bounds b1 = rule_bounds(base.baseline_metrics, p.dtype, base.condition), b2 = rule_bounds(moved.baseline_metrics, p.dtype, moved.condition);
-  assert_related("K + 1 w^T shift", p, rows_of(p, moved.outputs), expected, *b1.o + *b2.o,
-                 b1.lse.value_or(0) + b2.lse.value_or(0), {&p});
+  const CaseBound b1 = bound_of(base), b2 = bound_of(moved);
+  assert_related("K + 1 w^T shift", p, rows_of(p, moved.outputs), expected, b1.o + b2.o,
+                 b1.lse + b2.lse, {&p});
 }
 
 void value_affine_map(Subject& subject) {
@@ -302,9 +315,9 @@ void value_affine_map(Subject& subject) {
         double* o = expected.o_row(b, h, i);
         for (std::int64_t c = 0; c < p.head_dim_v; ++c) o[c] = a * o[c] + shift;
       }
-  const Bounds b1 = rule_bounds(base.baseline_metrics, p.dtype, base.condition), b2 = rule_bounds(moved.baseline_metrics, p.dtype, moved.condition);
-  assert_related("V -> aV + b", p, rows_of(p, moved.outputs), expected, std::fabs(a) * *b1.o + *b2.o,
-                 b1.lse.value_or(0) + b2.lse.value_or(0), {&p});
+  const CaseBound b1 = bound_of(base), b2 = bound_of(moved);
+  assert_related("V -> aV + b", p, rows_of(p, moved.outputs), expected, std::fabs(a) * b1.o + b2.o,
+                 b1.lse + b2.lse, {&p});
 }
 
 void convex_hull(Subject& subject) {
@@ -432,9 +445,9 @@ void gqa_equals_repeated_mha(Subject& subject) {
         for (std::int64_t c = 0; c < mha.head_dim_v; ++c) repeated.v.set(b, h, j, c, in.v.get(b, h / gqa.group_size(), j, c));
       }
   const CaseResult grouped = run_case(subject, gqa, in), full = run_case(subject, mha, repeated);
-  const Bounds b1 = rule_bounds(grouped.baseline_metrics, gqa.dtype, grouped.condition), b2 = rule_bounds(full.baseline_metrics, mha.dtype, full.condition);
+  const CaseBound b1 = bound_of(grouped), b2 = bound_of(full);
   assert_related("GQA == MHA with repeated K/V", gqa, rows_of(gqa, grouped.outputs), rows_of(mha, full.outputs),
-                 *b1.o + *b2.o, b1.lse.value_or(0) + b2.lse.value_or(0), {&gqa, &mha});
+                 b1.o + b2.o, b1.lse + b2.lse, {&gqa, &mha});
 }
 
 bool has_varlen(const Capabilities& caps) { return caps.varlen; }
@@ -461,7 +474,7 @@ void padded_equals_trimmed(Subject& subject) {
   const Inputs in = generate_inputs(p);
   const CaseResult padded = run_case(subject, p, in);
   const AttentionRows padded_rows = rows_of(p, padded.outputs);
-  const Bounds b1 = rule_bounds(padded.baseline_metrics, p.dtype, padded.condition);
+  const CaseBound b1 = bound_of(padded);
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const Problem t = trimmed(p, b);
     if (unsupported_reason(subject.capabilities(), t)) continue;  // e.g. a length the domain's multiples exclude
@@ -477,15 +490,15 @@ void padded_equals_trimmed(Subject& subject) {
         for (std::int64_t c = 0; c < t.head_dim_v; ++c) cut.v.set(0, h, j, c, in.v.get(b, h, j, c));
       }
     const CaseResult alone = run_case(subject, t, cut);
-    const Bounds b2 = rule_bounds(alone.baseline_metrics, t.dtype, alone.condition);
+    const CaseBound b2 = bound_of(alone);
     AttentionRows expected(t, all_rows(t));
     for (std::int64_t h = 0; h < t.heads_q; ++h)
       for (std::int64_t i = 0; i < t.seqlen_q; ++i) {
         std::copy_n(padded_rows.o_row(b, h, i), t.head_dim_v, expected.o_row(0, h, i));
         expected.lse[expected.index(0, h, i)] = padded_rows.lse[padded_rows.index(b, h, i)];
       }
-    assert_related("padded == trimmed", t, rows_of(t, alone.outputs), expected, *b1.o + *b2.o,
-                   b1.lse.value_or(0) + b2.lse.value_or(0), {&p, &t});
+    assert_related("padded == trimmed", t, rows_of(t, alone.outputs), expected, b1.o + b2.o,
+                   b1.lse + b2.lse, {&p, &t});
   }
 }
 
@@ -540,8 +553,7 @@ void lse_merge_of_key_halves(Subject& subject) {
       }
   // Tolerance: each half's O error enters with its weight (<= 1), and each
   // half's LSE error moves the weights: dO/dLa = wa wb (Oa - Ob), likewise for Lb.
-  const Bounds bw = rule_bounds(whole.baseline_metrics, p.dtype, whole.condition), ba = rule_bounds(a.baseline_metrics, p.dtype, a.condition),
-               bb = rule_bounds(b.baseline_metrics, p.dtype, b.condition);
+  const CaseBound bw = bound_of(whole), ba = bound_of(a), bb = bound_of(b);
   double weight_sensitivity = 0;  // max over elements of wa wb |Oa - Ob|
   for (std::int64_t bb_ = 0; bb_ < p.batch; ++bb_)
     for (std::int64_t h = 0; h < p.heads_q; ++h)
@@ -553,7 +565,7 @@ void lse_merge_of_key_halves(Subject& subject) {
               weight_sensitivity, wa * wb * std::fabs(ra.o_row(bb_, h, i)[c] - rb.o_row(bb_, h, i)[c]));
       }
   assert_related("LSE merge of two key halves == whole", p, merged, rows_of(p, whole.outputs),
-                 *bw.o + *ba.o + *bb.o + weight_sensitivity * (*ba.lse + *bb.lse), *bw.lse + *ba.lse + *bb.lse,
+                 bw.o + ba.o + bb.o + weight_sensitivity * (ba.lse + bb.lse), bw.lse + ba.lse + bb.lse,
                  {&p, &first, &second});
 }
 
@@ -596,9 +608,9 @@ void bottom_right_equals_offset_top_left(Subject& subject) {
         std::copy_n(top_rows.o_row(b, h, i + offset), br.head_dim_v, expected.o_row(b, h, i));
         expected.lse[expected.index(b, h, i)] = top_rows.lse[top_rows.index(b, h, i + offset)];
       }
-  const Bounds b1 = rule_bounds(bottom.baseline_metrics, br.dtype, bottom.condition), b2 = rule_bounds(top.baseline_metrics, tl.dtype, top.condition);
-  assert_related("causal_br == causal_tl on the offset problem", br, rows_of(br, bottom.outputs), expected, *b1.o + *b2.o,
-                 b1.lse.value_or(0) + b2.lse.value_or(0), {&br, &tl});
+  const CaseBound b1 = bound_of(bottom), b2 = bound_of(top);
+  assert_related("causal_br == causal_tl on the offset problem", br, rows_of(br, bottom.outputs), expected, b1.o + b2.o,
+                 b1.lse + b2.lse, {&br, &tl});
 }
 
 void unsupported_is_refused(Subject& subject) {
