@@ -27,16 +27,8 @@ struct BenchOptions {
 
 int bench(const BenchOptions& options) {
   const std::vector<Problem> problems = read_problems(options.problem_lines, options.problems_file);
-  std::vector<Subject*> subjects;
-  for (const auto& name : options.subjects) {
-    if (name == "all") {
-      for (Subject* s : Registry::instance().subjects()) subjects.push_back(s);
-      continue;
-    }
-    Subject* s = Registry::instance().find(name);
-    if (!s) throw std::runtime_error(fmt::format("unknown subject '{}' (flashcheck list shows them)", name));
-    subjects.push_back(s);
-  }
+  bool every_subject = false;
+  const std::vector<Subject*> subjects = resolve_subjects(options.subjects, &every_subject);
   std::unique_ptr<RecordWriter> records;
   if (!options.record_path.empty()) records = std::make_unique<RecordWriter>(options.record_path);
   fmt::print("{:<20} {:>10} {:>9}  {}\n", "subject", "median ms", "TFLOP/s", "problem");
@@ -60,7 +52,7 @@ int bench(const BenchOptions& options) {
       outcome = "not timed: built without CUDA";
 #endif
       if (!outcome.empty()) {
-        if (!subject->capabilities().needs_gpu && options.subjects.size() == 1 && options.subjects[0] == "all") continue;
+        if (!subject->capabilities().needs_gpu && every_subject) continue;  // `all`: CPU subjects are not timed
         fmt::print("{:<20} {:>10} {:>9}  {} ({})\n", subject->name(), "-", "-", to_line(p), outcome);
         continue;
       }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/problem.hpp"
+#include "core/subject.hpp"
 
 namespace flashcheck::cli {
 
@@ -18,6 +19,11 @@ inline constexpr int kExitBadInput = 2;
 /// Problems from --problem lines and a --problems file ('#' starts a comment);
 /// a bad line throws BadInput naming the file and line.
 std::vector<Problem> read_problems(const std::vector<std::string>& lines, const std::string& file);
+
+/// The subjects that --subject names (each a registered name, or `all` for
+/// every subject); an unknown name throws naming it. `every` is set when `all`
+/// was among them.
+std::vector<Subject*> resolve_subjects(const std::vector<std::string>& names, bool* every = nullptr);
 
 /// Adds `list` to the app; the returned flag is set when it was chosen.
 void add_list(CLI::App& app, int& exit_code);

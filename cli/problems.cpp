@@ -28,4 +28,20 @@ std::vector<Problem> read_problems(const std::vector<std::string>& lines, const 
   return problems;
 }
 
+std::vector<Subject*> resolve_subjects(const std::vector<std::string>& names, bool* every) {
+  std::vector<Subject*> subjects;
+  if (every) *every = false;
+  for (const auto& name : names) {
+    if (name == "all") {
+      if (every) *every = true;
+      for (Subject* subject : Registry::instance().subjects()) subjects.push_back(subject);
+      continue;
+    }
+    Subject* subject = Registry::instance().find(name);
+    if (!subject) throw std::runtime_error(fmt::format("unknown subject '{}' (flashcheck list shows them)", name));
+    subjects.push_back(subject);
+  }
+  return subjects;
+}
+
 }  // namespace flashcheck::cli

@@ -57,18 +57,8 @@ void print_case(const CaseResult& r) {
 
 int run_cases(const RunOptions& options) {
   const auto problems = read_problems(options.problem_lines, options.problems_file);
-  std::vector<Subject*> subjects;
   bool every_subject = false;
-  for (const auto& name : options.subjects) {
-    if (name == "all") {
-      every_subject = true;
-      for (Subject* subject : Registry::instance().subjects()) subjects.push_back(subject);
-      continue;
-    }
-    Subject* subject = Registry::instance().find(name);
-    if (!subject) throw std::runtime_error(fmt::format("unknown subject '{}' (flashcheck list shows them)", name));
-    subjects.push_back(subject);
-  }
+  const std::vector<Subject*> subjects = resolve_subjects(options.subjects, &every_subject);
   std::unique_ptr<RecordWriter> records;
   if (!options.record_path.empty()) records = std::make_unique<RecordWriter>(options.record_path);
 
