@@ -62,6 +62,7 @@ AttentionArgs make_args(const Problem& p, const DeviceInputs& in, void* o, float
   strides(p.layout, p.heads_q, p.seqlen_q, p.head_dim_v, a.o_batch_stride, a.o_head_stride, a.o_seq_stride);
   a.lens_q = static_cast<const std::int32_t*>(in.lens_q.get());
   a.lens_kv = static_cast<const std::int32_t*>(in.lens_kv.get());
+  a.dtype = static_cast<int>(p.dtype);
   a.batch = static_cast<int>(p.batch);
   a.heads_q = static_cast<int>(p.heads_q);
   a.heads_kv = static_cast<int>(p.heads_kv);
@@ -107,17 +108,13 @@ RunResult GpuSubject::run(const Problem& p, const Inputs& in) {
     if (with_lse) lse.poison(stream.get(), site);
     const AttentionArgs args =
         make_args(p, device, o.data(), with_lse ? static_cast<float*>(lse.data()) : nullptr, stream.get());
-    cudaEvent_t start, stop;
-    check(cudaEventCreate(&start), "cudaEventCreate", site);
-    check(cudaEventCreate(&stop), "cudaEventCreate", site);
-    check(cudaEventRecord(start, stream.get()), "cudaEventRecord", site);
+    const Event start(site), stop(site);
+    check(cudaEventRecord(start.get(), stream.get()), "cudaEventRecord", site);
     launch(p, args, site);
-    check(cudaEventRecord(stop, stream.get()), "cudaEventRecord", site);
+    check(cudaEventRecord(stop.get(), stream.get()), "cudaEventRecord", site);
     check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize (after the kernel)", site);
     float elapsed = 0;
-    check(cudaEventElapsedTime(&elapsed, start, stop), "cudaEventElapsedTime", site);
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
+    check(cudaEventElapsedTime(&elapsed, start.get(), stop.get()), "cudaEventElapsedTime", site);
     result.time_ms = elapsed;
 
     std::vector<std::string> violations;
@@ -203,21 +200,17 @@ double GpuSubject::time_ms(const Problem& p, const Inputs& in, int warmup, int r
   for (int n = 0; n < warmup; ++n) launch(p, args_for(n), site);
   check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize (warm-up)", site);
   std::vector<float> times;
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate", site);
-  check(cudaEventCreate(&stop), "cudaEventCreate", site);
+  const Event start(site), stop(site);
   for (int n = 0; n < repeats; ++n) {
     const AttentionArgs args = args_for(n);
-    check(cudaEventRecord(start, stream.get()), "cudaEventRecord", site);
+    check(cudaEventRecord(start.get(), stream.get()), "cudaEventRecord", site);
     launch(p, args, site);
-    check(cudaEventRecord(stop, stream.get()), "cudaEventRecord", site);
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize", site);
+    check(cudaEventRecord(stop.get(), stream.get()), "cudaEventRecord", site);
+    check(cudaEventSynchronize(stop.get()), "cudaEventSynchronize", site);
     float elapsed = 0;
-    check(cudaEventElapsedTime(&elapsed, start, stop), "cudaEventElapsedTime", site);
+    check(cudaEventElapsedTime(&elapsed, start.get(), stop.get()), "cudaEventElapsedTime", site);
     times.push_back(elapsed);
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
 }

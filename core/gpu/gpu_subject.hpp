@@ -34,6 +34,7 @@ struct AttentionArgs {
   std::int64_t o_batch_stride, o_head_stride, o_seq_stride;
   const std::int32_t* lens_q = nullptr;   // per-sequence lengths on the device, or null
   const std::int32_t* lens_kv = nullptr;
+  int dtype;  // DType of Q, K, V and O
   int batch, heads_q, heads_kv, seqlen_q, seqlen_kv, head_dim, head_dim_v;
   int mask;  // MaskKind
   int window_left, window_right;

@@ -92,6 +92,12 @@ Stream::~Stream() {
   if (stream_ && !poisoned) cudaStreamDestroy(stream_);
 }
 
+Event::Event(const CallSite& site) { check(cudaEventCreate(&event_), "cudaEventCreate", site); }
+
+Event::~Event() {
+  if (event_ && !poisoned) cudaEventDestroy(event_);
+}
+
 GuardedBuffer::GuardedBuffer(std::int64_t count, int element_bytes, const CallSite& site)
     : storage_(static_cast<std::size_t>((count + 2 * kGuardElements) * element_bytes), site),
       count_(count),

@@ -90,6 +90,19 @@ class Stream {
   cudaStream_t stream_ = nullptr;
 };
 
+/// A CUDA event, destroyed with its owner (also when a check throws).
+class Event {
+ public:
+  explicit Event(const CallSite& site);
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
 /// Fills `count` words of `word_bytes` (2 or 4) with `pattern` on a stream (a kernel).
 void fill_words(void* data, std::int64_t count, int word_bytes, std::uint32_t pattern, cudaStream_t stream);
 
