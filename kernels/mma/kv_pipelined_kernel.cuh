@@ -1,0 +1,155 @@
+// kv_pipelined's kernel (included by kv_pipelined.cu and the mutants in
+// kernels/mutants/mma_mutants.cu); kv_pipelined.cu's header tells its story.
+#pragma once
+
+#include "kernels/mma/mma_common.cuh"
+
+namespace flashcheck::kernels::mma {
+
+/// m16 tiles per warp (32 query rows per warp; 16 at d = 256, where a second
+/// tile's O accumulators would not fit in registers), the block's query rows,
+/// and the keys per tile.
+template <int D>
+inline constexpr int kKvMTiles = D == 256 ? 1 : 2;
+template <int D>
+inline constexpr int kKvBlockQ = 16 * kKvMTiles<D> * kWarps;
+template <int D>
+inline constexpr int kKvBlockKv = D == 256 ? 32 : 64;
+
+/// S += Q K^T for the warp's kM m16 tiles. Q fragments come from shared memory
+/// per 32 dims (two k-steps, one ldmatrix.x4 each per m-tile); each K fragment
+/// (8 keys x 32 dims, one ldmatrix.x4) feeds 2 kM mma.
+template <typename T, int D, bool kSwizzle, int kM, int kTilesN>
+__device__ __forceinline__ void qk_shared(float (&s)[kM][kTilesN][4], std::uint32_t q_tile, std::uint32_t k_tile) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < D / 32; ++kk) {
+    std::uint32_t q[kM][2][4];
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        ldmatrix_x4(q[m][half], q_tile + tile_offset<D, kSwizzle>((warp * kM + m) * 16 + lane % 16,
+                                                                   kk * 32 + half * 16 + lane / 16 * 8));
+#pragma unroll
+    for (int nt = 0; nt < kTilesN; ++nt) {
+      std::uint32_t kf[4];
+      ldmatrix_x4(kf, k_tile + tile_offset<D, kSwizzle>(nt * 8 + lane % 8, kk * 32 + lane / 8 * 8));
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        mma_16816<T>(s[m][nt], q[m][0], kf[0], kf[1]);
+        mma_16816<T>(s[m][nt], q[m][1], kf[2], kf[3]);
+      }
+    }
+  }
+}
+
+/// O += P V for the warp's kM m16 tiles; each V fragment (16 keys x 16 dims,
+/// one ldmatrix.x4.trans) feeds 2 kM mma.
+template <typename T, int D, bool kSwizzle, int kM, int kTilesK>
+__device__ __forceinline__ void pv_shared(float (&o)[kM][D / 8][4], const std::uint32_t (&p)[kM][kTilesK][4],
+                                          std::uint32_t v_tile) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < kTilesK; ++kk)
+#pragma unroll
+    for (int dt = 0; dt < D / 16; ++dt) {
+      std::uint32_t vf[4];
+      ldmatrix_x4_trans(vf, v_tile + tile_offset<D, kSwizzle>(kk * 16 + lane % 16, dt * 16 + lane / 16 * 8));
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        mma_16816<T>(o[m][2 * dt], p[m][kk], vf[0], vf[1]);
+        mma_16816<T>(o[m][2 * dt + 1], p[m][kk], vf[2], vf[3]);
+      }
+    }
+}
+
+template <typename T, int D, MmaFlaw kFlaw, int kBlockKv>
+__global__ void __launch_bounds__(kThreads) kv_pipelined_kernel(const gpu::AttentionArgs a, int bh_base) {
+  constexpr int kM = kKvMTiles<D>, kRows = kKvBlockQ<D>;
+  constexpr int kTilesN = kBlockKv / 8, kTilesD = D / 8;
+  constexpr std::uint32_t kKvTileBytes = kBlockKv * D * 2;
+  constexpr bool kReadSwizzled = kFlaw != MmaFlaw::swizzle_write_only;
+  constexpr int kInFlight = kFlaw == MmaFlaw::short_wait ? 2 : 1;  // groups a wait may leave in flight
+  extern __shared__ __align__(128) unsigned char smem[];
+  // Q [kRows][D] | K [2][kBlockKv][D] | V [kBlockKv][D], all swizzled.
+  const std::uint32_t q_tile = shared_address(smem);
+  const std::uint32_t k_tiles = q_tile + kRows * D * 2, v_tile = k_tiles + 2 * kKvTileBytes;
+
+  const BlockTensors<T> t = block_tensors<T, kRows>(a, bh_base);
+  if (t.q0 >= t.lq) return;  // past this sequence's end (block-uniform)
+  const KeyPlan<kBlockKv> plan = plan_keys<kBlockKv, kFlaw>(a, t.q0, kRows, t.lq, t.lk);
+  const int warp_row = threadIdx.x / 32 * 16 * kM;
+  float acc[kM][kTilesD][4] = {};
+  RowState state[kM];
+
+  if (plan.begin < plan.end) {
+    ThreadRows rows[kM];
+#pragma unroll
+    for (int m = 0; m < kM; ++m) rows[m] = thread_rows<kFlaw>(a, t.q0 + warp_row + 16 * m, t.lq, t.lk);
+    const float scale_log2 = a.scale * 1.4426950408889634f;
+    copy_tile<kRows, D, true>(q_tile, t.q, a.q_seq_stride, t.lq - t.q0);
+    cp_async_commit();
+    copy_tile<kBlockKv, D, true>(k_tiles, t.k + static_cast<std::int64_t>(plan.begin) * kBlockKv * a.k_seq_stride,
+                                 a.k_seq_stride, t.lk - plan.begin * kBlockKv);
+    cp_async_commit();
+
+    for (int tile = plan.begin; tile < plan.end; ++tile) {
+      const int j0 = tile * kBlockKv;
+      const std::uint32_t k_tile = k_tiles + ((tile - plan.begin) & 1) * kKvTileBytes;
+      // V of this tile streams in while the first product runs.
+      copy_tile<kBlockKv, D, true>(v_tile, t.v + j0 * a.v_seq_stride, a.v_seq_stride, t.lk - j0);
+      cp_async_commit();
+      cp_async_wait<kInFlight>();  // Q and this K tile have landed; V may be in flight
+      __syncthreads();
+
+      float s[kM][kTilesN][4] = {};
+      qk_shared<T, D, kReadSwizzled>(s, q_tile, k_tile);
+
+      // The next K tile streams into the other buffer during softmax and P V
+      // (that buffer's last reader, the previous tile's S, is behind the barrier
+      // above). The group is committed even when empty, so that the waits'
+      // counts hold on the last tile too.
+      if (tile + 1 < plan.end)
+        copy_tile<kBlockKv, D, true>(k_tiles + ((tile + 1 - plan.begin) & 1) * kKvTileBytes,
+                                     t.k + (j0 + kBlockKv) * a.k_seq_stride, a.k_seq_stride, t.lk - j0 - kBlockKv);
+      cp_async_commit();
+
+      std::uint32_t p[kM][kTilesN / 2][4];
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        if (!plan.whole(tile)) mask_tile(s[m], j0, rows[m].rows);
+        online_softmax<T>(s[m], state[m], acc[m], p[m], scale_log2);
+      }
+
+      cp_async_wait<kInFlight>();  // V has landed; the next K may be in flight
+      __syncthreads();
+      pv_shared<T, D, kReadSwizzled>(acc, p, v_tile);
+      __syncthreads();  // the next tile's V overwrites this one
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < kM; ++m) store_rows<T>(a, t.b, t.h, t.q0, t.lq, t.o, warp_row + 16 * m, acc[m], state[m]);
+}
+
+template <typename T, int D, MmaFlaw kFlaw, int kBlockKv = kKvBlockKv<D>>
+struct KvPipelined {
+  static void launch(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
+    constexpr int kSmem = (kKvBlockQ<D> + 3 * kBlockKv) * D * 2;
+    launch_mma(kv_pipelined_kernel<T, D, kFlaw, kBlockKv>, kSmem, a, site, "kv_pipelined_kernel", kKvBlockQ<D>);
+  }
+};
+
+template <MmaFlaw kFlaw>
+struct KvPipelinedWith {
+  template <typename T, int D>
+  using Kernel = KvPipelined<T, D, kFlaw>;
+};
+
+/// Enqueues kv_pipelined (with a flaw, for the mutants) on args.stream.
+template <MmaFlaw kFlaw>
+void launch_kv_pipelined(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
+  dispatch<KvPipelinedWith<kFlaw>::template Kernel>(a, site);
+}
+
+}  // namespace flashcheck::kernels::mma
