@@ -79,6 +79,7 @@ std::string describe(const Capabilities& caps) {
   if (!caps.nonfinite_inputs) text += " finite_inputs_only";
   if (caps.may_flush_subnormals) text += " may_flush_subnormals";
   if (!caps.empty_sequences) text += " no_empty_sequences";
+  if (caps.split_kv) text += " split_kv";
   if (!caps.known_deviations.empty()) text += fmt::format(" deviations=\"{}\"", caps.known_deviations);
   return text;
 }

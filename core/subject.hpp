@@ -78,6 +78,9 @@ struct Capabilities {
   /// storage dtype (a kernel that takes f32 but computes in f16). The
   /// same-precision baseline of the tolerance rule uses this dtype.
   std::optional<DType> compute_dtype;
+  /// The subject splits the keys over blocks and merges the splits through
+  /// their LSE, and Subject::set_split_count chooses how many splits.
+  bool split_kv = false;
   /// Documented differences from flashcheck's conventions (empty: none).
   std::string_view known_deviations;
 
@@ -122,6 +125,10 @@ class Subject {
   /// Runs one call. Implementations check the domain first and return
   /// unsupported (without touching anything) outside it.
   virtual RunResult run(const Problem& problem, const Inputs& inputs) = 0;
+  /// Makes later runs split the keys `splits` ways (0: the subject's own
+  /// heuristic). Returns false, changing nothing, where the subject has no such
+  /// choice (Capabilities::split_kv is false) or cannot make that many.
+  virtual bool set_split_count(int /*splits*/) { return false; }
 };
 
 /// The process-wide lists of subjects and of mutants (deliberately broken

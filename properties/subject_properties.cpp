@@ -613,6 +613,36 @@ void bottom_right_equals_offset_top_left(Subject& subject) {
                  b1.lse + b2.lse, {&br, &tl});
 }
 
+bool has_split_kv(const Capabilities& caps) { return caps.split_kv; }
+
+void split_counts_agree(Subject& subject) {
+  const Problem p = *gen_problem_in(subject.capabilities());
+  RC_CLASSIFY(p.seqlen_kv < 7, "fewer keys than splits");
+  RC_CLASSIFY(p.mask != MaskKind::none, "masked");
+  const Inputs in = generate_inputs(p);
+  // Back to the heuristic however the property ends (RC_FAIL throws).
+  struct Restore {
+    Subject& subject;
+    ~Restore() { subject.set_split_count(0); }
+  } restore{subject};
+  // Each split count must pass on its own (a split that writes a wrong slot, or
+  // leaves one unwritten, fails here) and agree with every other.
+  const std::vector<int> counts = {1, 2, 3, 7};
+  std::vector<CaseResult> results;
+  for (int splits : counts) {
+    RC_ASSERT(subject.set_split_count(splits));
+    CaseResult r = run_case(subject, p, in);
+    if (!r.passed()) RC_FAIL(fmt::format("with {} splits:\n{}", splits, explain(r)));
+    results.push_back(std::move(r));
+  }
+  for (std::size_t x = 0; x < results.size(); ++x)
+    for (std::size_t y = x + 1; y < results.size(); ++y) {
+      const CaseBound bx = bound_of(results[x]), by = bound_of(results[y]);
+      assert_related(fmt::format("{} splits == {} splits", counts[x], counts[y]), p, rows_of(p, results[x].outputs),
+                     rows_of(p, results[y].outputs), bx.o + by.o, bx.lse + by.lse, {&p});
+    }
+}
+
 void unsupported_is_refused(Subject& subject) {
   const Problem p = *gen_problem_outside(subject.capabilities());
   const RunResult run = subject.run(p, generate_inputs(p));
@@ -661,6 +691,8 @@ const std::vector<SubjectProperty>& subject_properties() {
        lse_merge_of_key_halves},
       {"BottomRightEqualsOffsetTopLeft", "causal_br equals causal_tl on the problem with Lk - Lq queries prepended",
        has_both_causal, bottom_right_equals_offset_top_left},
+      {"SplitCountsAgree", "1, 2, 3 and 7 key splits each agree with the oracle and with each other", has_split_kv,
+       split_counts_agree},
       {"UnsupportedIsRefused", "a problem just outside the domain returns unsupported and writes nothing", always,
        unsupported_is_refused},
       {"Deterministic", "the same call twice gives bitwise identical O and LSE", always, deterministic},

@@ -1,0 +1,205 @@
+// splitkv's kernels and launcher (included by splitkv.cu and the mutants).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/decode/decode_block.cuh"
+#include "kernels/splitkv/splitkv.cuh"
+
+namespace flashcheck::kernels {
+
+/// Warps of a split block: several blocks share an SM (each up to 168 registers).
+inline constexpr int kSplitKvWarps = 4;
+inline constexpr int kSplitKvBlocksPerSm = 3;
+/// The heuristic gives a split at least this many keys (a few steps per warp).
+inline constexpr int kSplitKvMinKeys = 256;
+/// Rows (warps) per combine block.
+inline constexpr int kCombineRows = 4;
+
+/// Where the splits leave their results: for slot (split s, row n), n =
+/// (b * heads_q + h) * seqlen_q + i, O_s (f32, normalised) at o[(s * rows + n) * d]
+/// and LSE_s (natural log; -inf where the split saw no key) at lse[s * rows + n].
+struct SplitKvPartials {
+  float* o;
+  float* lse;
+  std::int64_t rows;
+};
+
+// Blocks: x = (batch x K/V head) x chunk of 4 rows, chunks fastest so that the
+// blocks reading one group's K/V run together; y = the split.
+template <typename Element, int kHeadDim, SplitKvFlaw kFlaw>
+__global__ void __launch_bounds__(kSplitKvWarps * 32, kSplitKvBlocksPerSm)
+    splitkv_kernel(const gpu::AttentionArgs a, const SplitKvPartials partials, int chunks) {
+  __shared__ DecodeShared<kHeadDim, kSplitKvWarps> shared;
+  const int chunk = blockIdx.x % chunks, pair = blockIdx.x / chunks;
+  const int b = pair / a.heads_kv, hk = pair % a.heads_kv, split = blockIdx.y, splits = gridDim.y;
+  const int lq = query_length(a, b), lk = key_length(a, b);
+  if (chunk * kDecodeRows >= lq * (a.heads_q / a.heads_kv)) return;  // only padding rows: no slot is read
+  // This split's keys of this sequence: [first, last], empty past the end.
+  const int per_split = (lk + splits - 1) / splits;
+  const int first = split * per_split, last = min(lk, first + per_split) - 1;
+  const DecodeRows rows = decode_rows(a, hk, chunk, lq, lk, first, last);
+
+  constexpr int kChunks = kHeadDim / 8;
+  static_assert(kDecodeRows * kChunks <= kSplitKvWarps * 32, "one pass of the block covers the slots");
+  const int r = threadIdx.x / kChunks, column = threadIdx.x % kChunks * 8;
+  auto write_slot = [&](const float (&out)[8], float lse) {
+    const DecodeRow row = decode_row(a, hk, chunk, r, lq, lk, first, last);
+    if (!row.active) return;
+    const std::int64_t slot =
+        split * partials.rows + (static_cast<std::int64_t>(b) * a.heads_q + row.head) * a.seqlen_q + row.position;
+    float4* to = reinterpret_cast<float4*>(partials.o + slot * kHeadDim + column);
+    to[0] = make_float4(out[0], out[1], out[2], out[3]);
+    to[1] = make_float4(out[4], out[5], out[6], out[7]);
+    if (column == 0) partials.lse[slot] = lse;
+  };
+
+  if (rows.first_key > rows.last_key) {  // no row sees a key of this split (block-uniform)
+    if (kFlaw == SplitKvFlaw::empty_split_unwritten) return;
+    // The slot must still say so, or the combine would merge what it held.
+    const float zeros[8] = {};
+    if (r < kDecodeRows) write_slot(zeros, -INFINITY);
+    return;
+  }
+  decode_pass<Element, kHeadDim, kSplitKvWarps>(a, b, hk, rows, shared);
+  if (r >= kDecodeRows) return;
+  const DecodeMerged merged = decode_merge<kHeadDim, kSplitKvWarps>(shared, r, column);
+  if (merged.max == -INFINITY) {
+    // No key of this split, or only -inf logits: weight 0 in the combine. O
+    // keeps the 0 * Inf NaNs of the latter; the combine decides 0/0 for rows
+    // that see keys but no finite logit in any split.
+    write_slot(merged.o, -INFINITY);
+  } else {
+    const float inverse = 1.0f / merged.sum;
+    float out[8];
+    for (int c = 0; c < 8; ++c) out[c] = merged.o[c] * inverse;
+    write_slot(out, merged.max + logf(merged.sum));
+  }
+}
+
+// A warp per (b, h, i) merges the splits: L = m + log sum_s exp(L_s - m) with
+// m = max_s L_s, O = sum_s exp(L_s - L) O_s, in split order (deterministic).
+template <typename Element, int kHeadDim, SplitKvFlaw kFlaw>
+__global__ void __launch_bounds__(kCombineRows * 32)
+    splitkv_combine_kernel(const gpu::AttentionArgs a, const SplitKvPartials partials, int splits) {
+  constexpr int kColumns = kHeadDim / 32;  // per lane
+  const std::int64_t n = static_cast<std::int64_t>(blockIdx.x) * kCombineRows + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (n >= partials.rows) return;
+  const int i = n % a.seqlen_q, h = n / a.seqlen_q % a.heads_q;
+  const int b = n / (static_cast<std::int64_t>(a.seqlen_q) * a.heads_q);
+  const int lq = query_length(a, b), lk = key_length(a, b);
+  if (i >= lq) return;  // padding: no split wrote this row
+  float* lse = partials.lse + n;
+  const float* o = partials.o + n * kHeadDim + lane * kColumns;
+  const std::int64_t o_split_stride = partials.rows * kHeadDim;
+
+  float top = -INFINITY;
+  bool nan_slot = false;
+  for (int s = 0; s < splits; ++s) {
+    const float split_lse = lse[s * partials.rows];
+    top = fmaxf(top, split_lse);
+    nan_slot = nan_slot || isnan(split_lse);
+  }
+  float out[kColumns];
+  float total_lse;
+  if (nan_slot) {
+    // A split saw a NaN (or +inf) logit, or a slot was never written.
+    for (float& x : out) x = quiet_nan();
+    total_lse = quiet_nan();
+  } else if (top == -INFINITY) {
+    // No split saw a finite logit: no visible key (O = 0, LSE = -inf), or
+    // every visible logit -inf (the plain formula's 0/0).
+    const KeyRange keys = visible_keys(a, i, lq, lk);
+    const bool saw_keys = keys.first <= keys.last;
+    for (float& x : out) x = saw_keys ? quiet_nan() : 0.0f;
+    total_lse = saw_keys ? quiet_nan() : -INFINITY;
+  } else {
+    const float shift = kFlaw == SplitKvFlaw::unshifted_combine ? 0.0f : top;
+    float sum = 0.0f;
+    for (int s = 0; s < splits; ++s) sum += __expf(lse[s * partials.rows] - shift);
+    total_lse = shift + logf(sum);
+    for (float& x : out) x = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      // An empty split weighs exp(-inf) = 0 (its O_s is 0, or NaN where a V Inf met a 0 weight).
+      const float weight = __expf(lse[s * partials.rows] - total_lse);
+#pragma unroll
+      for (int c = 0; c < kColumns; ++c) out[c] = fmaf(weight, o[s * o_split_stride + c], out[c]);
+    }
+  }
+  Element* to = static_cast<Element*>(a.o) + b * a.o_batch_stride + h * a.o_head_stride + i * a.o_seq_stride +
+                lane * kColumns;
+#pragma unroll
+  for (int c = 0; c < kColumns; ++c) {
+    if constexpr (std::is_same_v<Element, __half>) to[c] = __float2half_rn(out[c]);
+    else to[c] = __float2bfloat16_rn(out[c]);
+  }
+  if (a.lse && lane == 0) a.lse[n] = total_lse;
+  // Each slot is read once per call: poisoning its LSE (NaN) after the last
+  // read makes a split that fails to write its slot next time give NaN rows
+  // instead of silently merging this call's value.
+  __syncwarp();
+  for (int s = lane; s < splits; s += 32) lse[s * partials.rows] = quiet_nan();
+}
+
+/// Splits for a grid of `blocks_per_split` blocks per split on `slots` resident
+/// blocks (FlashAttention's rule): the fewest splits whose last wave is at least
+/// 85% as full as the best choice's, one split where the grid already fills
+/// most slots, and at least kSplitKvMinKeys keys per split.
+inline int splitkv_heuristic(std::int64_t blocks_per_split, int seqlen_kv, int slots) {
+  if (blocks_per_split >= 0.8 * slots) return 1;
+  const int most = std::clamp(seqlen_kv / kSplitKvMinKeys, 1, 64);
+  auto efficiency = [&](int splits) {
+    const double waves = static_cast<double>(blocks_per_split) * splits / slots;
+    return waves / std::ceil(waves);
+  };
+  double best = 0.0;
+  for (int splits = 1; splits <= most; ++splits) best = std::max(best, efficiency(splits));
+  for (int splits = 1; splits <= most; ++splits)
+    if (efficiency(splits) >= 0.85 * best) return splits;
+  return 1;
+}
+
+template <typename Element, int kHeadDim, SplitKvFlaw kFlaw>
+void launch_splitkv_for(const gpu::AttentionArgs& a, int requested_splits, SplitKvWorkspace& workspace,
+                        const gpu::CallSite& site) {
+  const int chunks = (a.heads_q / a.heads_kv * a.seqlen_q + kDecodeRows - 1) / kDecodeRows;
+  const std::int64_t blocks_per_split = static_cast<std::int64_t>(chunks) * a.batch * a.heads_kv;
+  if (blocks_per_split == 0) return;  // no query rows
+  // Resident split blocks on the device (once per instantiation).
+  static const int slots = [&] {
+    int device = 0, sms = 0, per_sm = 0;
+    gpu::check(cudaGetDevice(&device), "cudaGetDevice", site);
+    gpu::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute", site);
+    gpu::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, splitkv_kernel<Element, kHeadDim, kFlaw>,
+                                                             kSplitKvWarps * 32, 0),
+               "cudaOccupancyMaxActiveBlocksPerMultiprocessor", site);
+    return std::max(1, sms * per_sm);
+  }();
+  const int splits = requested_splits > 0 ? requested_splits : splitkv_heuristic(blocks_per_split, a.seqlen_kv, slots);
+  const std::int64_t rows = static_cast<std::int64_t>(a.batch) * a.heads_q * a.seqlen_q;
+  const std::int64_t slots_total = rows * splits;
+  float* base = static_cast<float*>(workspace.reserve(
+      static_cast<std::size_t>(slots_total * (kHeadDim + 1)) * sizeof(float), a.stream, site));
+  const SplitKvPartials partials{base, base + slots_total * kHeadDim, rows};
+  splitkv_kernel<Element, kHeadDim, kFlaw>
+      <<<dim3(static_cast<unsigned>(blocks_per_split), splits), kSplitKvWarps * 32, 0, a.stream>>>(a, partials, chunks);
+  gpu::check_launch("splitkv_kernel", site);
+  splitkv_combine_kernel<Element, kHeadDim, kFlaw>
+      <<<static_cast<unsigned>((rows + kCombineRows - 1) / kCombineRows), kCombineRows * 32, 0, a.stream>>>(a, partials,
+                                                                                                           splits);
+  gpu::check_launch("splitkv_combine_kernel", site);
+}
+
+template <SplitKvFlaw kFlaw>
+void launch_splitkv(const gpu::AttentionArgs& a, int splits, SplitKvWorkspace& workspace, const gpu::CallSite& site) {
+  dispatch_decode(a, [&]<typename Element, int kHeadDim>() {
+    launch_splitkv_for<Element, kHeadDim, kFlaw>(a, splits, workspace, site);
+  });
+}
+
+}  // namespace flashcheck::kernels
