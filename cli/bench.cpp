@@ -31,7 +31,7 @@ int bench(const BenchOptions& options) {
   const std::vector<Subject*> subjects = resolve_subjects(options.subjects, &every_subject);
   std::unique_ptr<RecordWriter> records;
   if (!options.record_path.empty()) records = std::make_unique<RecordWriter>(options.record_path);
-  fmt::print("{:<20} {:>10} {:>9}  {}\n", "subject", "median ms", "TFLOP/s", "problem");
+  fmt::print("{:<20} {:>10} {:>9} {:>8}  {}\n", "subject", "median ms", "TFLOP/s", "GB/s", "problem");
   int timed = 0;
   for (const Problem& p : problems) {
     const Inputs inputs = generate_inputs(p);
@@ -53,16 +53,17 @@ int bench(const BenchOptions& options) {
 #endif
       if (!outcome.empty()) {
         if (!subject->capabilities().needs_gpu && every_subject) continue;  // `all`: CPU subjects are not timed
-        fmt::print("{:<20} {:>10} {:>9}  {} ({})\n", subject->name(), "-", "-", to_line(p), outcome);
+        fmt::print("{:<20} {:>10} {:>9} {:>8}  {} ({})\n", subject->name(), "-", "-", "-", to_line(p), outcome);
         continue;
       }
       const double tflops = attention_flops(p) / (ms * 1e-3) / 1e12;
-      fmt::print("{:<20} {:>10.3f} {:>9.2f}  {}\n", subject->name(), ms, tflops, to_line(p));
+      const double gbps = p.storage_bytes() / (ms * 1e-3) / 1e9;  // every tensor moved once
+      fmt::print("{:<20} {:>10.3f} {:>9.2f} {:>8.0f}  {}\n", subject->name(), ms, tflops, gbps, to_line(p));
       ++timed;
       if (records)
         records->write({{"schema", kRecordSchema}, {"kind", "bench"}, {"subject", subject->name()},
                         {"problem", to_line(p)}, {"median_ms", ms}, {"tflops", tflops},
-                        {"flops", attention_flops(p)}, {"repeats", options.repeats}, {"warmup", options.warmup},
+                        {"flops", attention_flops(p)}, {"bytes", p.storage_bytes()}, {"gbps", gbps}, {"repeats", options.repeats}, {"warmup", options.warmup},
                         {"input_sets", options.input_sets}});
     }
   }
