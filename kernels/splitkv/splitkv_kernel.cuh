@@ -71,8 +71,9 @@ __global__ void __launch_bounds__(kSplitKvWarps * 32, kSplitKvBlocksPerSm)
   if (merged.max == -INFINITY) {
     // No key of this split, or only -inf logits: weight 0 in the combine. O
     // keeps the 0 * Inf NaNs of the latter; the combine decides 0/0 for rows
-    // that see keys but no finite logit in any split.
-    write_slot(merged.o, -INFINITY);
+    // that see keys but no finite logit in any split. Only NaN logits (which
+    // the max skips) leave a NaN sum: the slot says NaN, so the row is NaN.
+    write_slot(merged.o, isnan(merged.sum) ? quiet_nan() : -INFINITY);
   } else {
     const float inverse = 1.0f / merged.sum;
     float out[8];
