@@ -20,6 +20,7 @@ struct RunOptions {
   std::string record_path;
   std::int64_t max_rows = 1024;
   bool quiet = false;
+  bool no_peer = false;
 };
 
 void print_case(const CaseResult& r) {
@@ -64,7 +65,7 @@ int run_cases(const RunOptions& options) {
 
   JudgeOptions judge_options;
   judge_options.max_rows = options.max_rows;
-  judge_options.with_peer = true;
+  judge_options.with_peer = !options.no_peer;
   int passed = 0, failed = 0, unsupported = 0;
   const bool single = problems.size() * subjects.size() == 1;
   for (const Problem& problem : problems) {
@@ -112,6 +113,9 @@ void add_run(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))
       ->capture_default_str();
   command->add_flag("-q,--quiet", options->quiet, "One line per passing case");
+  command->add_flag("--no-peer", options->no_peer,
+                    "Do not run the peer (cuDNN) beside the subject: under compute-sanitizer, so that its\n"
+                    "findings are the subject's own");
   command->callback([options, &exit_code] { exit_code = run_cases(*options); });
 }
 
