@@ -74,6 +74,8 @@ std::string describe(const Capabilities& caps) {
                                  caps.varlen ? "yes" : "no", caps.lse ? "yes" : "no");
   if (caps.seqlen_q_multiple > 1 || caps.seqlen_kv_multiple > 1)
     text += fmt::format(" seqlen_multiple={}/{}", caps.seqlen_q_multiple, caps.seqlen_kv_multiple);
+  if (caps.max_seqlen_q < std::numeric_limits<std::int32_t>::max()) text += fmt::format(" sq<={}", caps.max_seqlen_q);
+  if (caps.max_seqlen_kv < std::numeric_limits<std::int32_t>::max()) text += fmt::format(" skv<={}", caps.max_seqlen_kv);
   if (caps.compute_dtype) text += fmt::format(" computes_in={}", to_string(*caps.compute_dtype));
   text += caps.needs_gpu ? fmt::format(" device=gpu(sm_{}+)", caps.min_compute_capability) : " device=cpu";
   if (!caps.nonfinite_inputs) text += " finite_inputs_only";

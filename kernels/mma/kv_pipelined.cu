@@ -33,7 +33,7 @@ namespace flashcheck::kernels::mma {
 namespace {
 
 gpu::KernelRegistration registration("mma-kv-pipelined",
-                                     "mma.sync flagship: double-buffered K, V prefetched during Q K^T (f16/bf16)",
+                                     "mma.sync flagship: 32 query rows a warp, double-buffered K, V prefetched during Q K^T (f16/bf16)",
                                      kMmaCapabilities, launch_kv_pipelined<MmaFlaw::none>);
 
 }  // namespace
