@@ -25,10 +25,24 @@ std::vector<Problem> read_problems(const std::vector<std::string>& lines, const 
 /// was among them.
 std::vector<Subject*> resolve_subjects(const std::vector<std::string>& names, bool* every = nullptr);
 
+/// What `run` (and `replay`) do: judge every subject on every problem and print.
+struct RunOptions {
+  std::vector<std::string> subjects;
+  std::vector<std::string> problem_lines;
+  std::string problems_file;
+  std::string record_path;
+  std::int64_t max_rows = 1024;
+  bool quiet = false;
+  bool no_peer = false;
+};
+int run_cases(const RunOptions& options);
+
 /// Adds `list` to the app; the returned flag is set when it was chosen.
 void add_list(CLI::App& app, int& exit_code);
 void add_run(CLI::App& app, int& exit_code);
 void add_bench_oracle(CLI::App& app, int& exit_code);
 void add_bench(CLI::App& app, int& exit_code);
+void add_fuzz(CLI::App& app, int& exit_code);
+void add_replay(CLI::App& app, int& exit_code);
 
 }  // namespace flashcheck::cli

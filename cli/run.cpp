@@ -13,15 +13,6 @@
 namespace flashcheck::cli {
 namespace {
 
-struct RunOptions {
-  std::vector<std::string> subjects;
-  std::vector<std::string> problem_lines;
-  std::string problems_file;
-  std::string record_path;
-  std::int64_t max_rows = 1024;
-  bool quiet = false;
-  bool no_peer = false;
-};
 
 void print_case(const CaseResult& r) {
   const auto& s = r.subject_metrics;
@@ -55,6 +46,8 @@ void print_case(const CaseResult& r) {
   if (r.verdict.pass) fmt::print("  verdict: PASS -- {}\n", r.verdict.rule);
   else fmt::print("{}", explain(r));
 }
+
+}  // namespace
 
 int run_cases(const RunOptions& options) {
   const auto problems = read_problems(options.problem_lines, options.problems_file);
@@ -99,8 +92,6 @@ int run_cases(const RunOptions& options) {
   }
   return kExitPass;
 }
-
-}  // namespace
 
 void add_run(CLI::App& app, int& exit_code) {
   auto options = std::make_shared<RunOptions>();

@@ -43,7 +43,8 @@ if(FLASHCHECK_HAVE_OPENBLAS)
   target_compile_definitions(flashcheck_blas INTERFACE FLASHCHECK_HAVE_OPENBLAS=1)
 endif()
 
+# RapidCheck: the properties, and the generators the fuzz sweep draws from.
+flashcheck_require(rapidcheck librapidcheck-dev)
 if(FLASHCHECK_TESTS)
   flashcheck_require(GTest libgtest-dev)
-  flashcheck_require(rapidcheck librapidcheck-dev)
 endif()

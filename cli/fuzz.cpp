@@ -1,0 +1,71 @@
+// `flashcheck fuzz`, its hidden worker, and `flashcheck replay`.
+#include <unistd.h>
+
+#include <fmt/core.h>
+
+#include <filesystem>
+#include <memory>
+
+#include "cli/commands.hpp"
+#include "fuzz/fuzz.hpp"
+
+namespace flashcheck::cli {
+
+namespace {
+
+/// This binary, for the workers (they must register the same subjects).
+std::string self_exe() {
+  std::error_code error;
+  const auto path = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) throw std::runtime_error("fuzz: cannot find this executable through /proc/self/exe");
+  return path.string();
+}
+
+}  // namespace
+
+void add_fuzz(CLI::App& app, int& exit_code) {
+  auto options = std::make_shared<fuzz::FuzzOptions>();
+  auto shard = std::make_shared<std::string>("0/1");
+  CLI::App* command = app.add_subcommand("fuzz", "A sweep: generated cases of every subject against the oracles, in "
+                                                 "worker processes, recorded and resumable");
+  command->add_option("--out", options->out, "Output folder: records.jsonl, corpus/, fuzz.log; a re-run resumes")
+      ->required();
+  command->add_option("--cases", options->cases, "Cases this shard runs")->check(CLI::NonNegativeNumber);
+  command->add_option("--minutes", options->minutes, "Time budget")->check(CLI::NonNegativeNumber);
+  command->add_option("--subjects", options->subjects, "Subjects: names, 'all' or 'mutants'")->delimiter(',');
+  command->add_option("--seed", options->seed, "Seed of the case stream (the same seed and code give the same cases)");
+  command->add_option("--shard", *shard, "i/n: this shard takes cases k with k % n == i");
+  command->add_option("--watchdog", options->watchdog_seconds, "Seconds per case (default: scaled to its size)")
+      ->check(CLI::NonNegativeNumber);
+  command->callback([options, shard, &exit_code] {
+    fuzz::parse_shard(*shard, options->shard, options->shards);
+    options->worker_exe = self_exe();
+    exit_code = fuzz::run_sweep(*options);
+  });
+  CLI::App* worker = app.add_subcommand("fuzz-worker", "");  // internal: the sweep's worker process
+  worker->group("");
+  worker->callback([&exit_code] { exit_code = fuzz::run_worker(); });
+}
+
+void add_replay(CLI::App& app, int& exit_code) {
+  auto target = std::make_shared<std::string>();
+  auto subject = std::make_shared<std::string>();
+  CLI::App* command = app.add_subcommand("replay", "Re-run a corpus file (OUT/corpus/<subject>.problems) or one problem line");
+  command->add_option("target", *target, "A corpus file, or a problem line (then --subject)")->required();
+  command->add_option("-s,--subject", *subject, "The subject (default: a corpus file's name)");
+  command->callback([target, subject, &exit_code] {
+    RunOptions options;
+    const std::filesystem::path path(*target);
+    if (std::filesystem::is_regular_file(path)) {
+      options.problems_file = *target;
+      options.subjects = {subject->empty() ? path.stem().string() : *subject};
+    } else {
+      if (subject->empty()) throw std::invalid_argument("replay: a problem line needs --subject");
+      options.problem_lines = {*target};
+      options.subjects = {*subject};
+    }
+    exit_code = run_cases(options);
+  });
+}
+
+}  // namespace flashcheck::cli

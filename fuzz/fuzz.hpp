@@ -1,0 +1,41 @@
+// fuzz/: the nightly sweep. A driver draws cases from each subject's own
+// generator (the properties' gen_problem_in), hands them one at a time to a
+// worker process, and appends each case's record to OUT/records.jsonl.
+//
+// Isolation: a worker that dies (a signal), reports a sticky CUDA fault, or
+// outlives the per-case watchdog becomes a recorded failure with its problem
+// line and replay command; the driver starts a new worker and goes on.
+// Resume: a case is recorded (flushed and fsync'd) only after it finished, and
+// a re-run with the same OUT skips recorded cases, so a kill -9 of the driver
+// loses nothing and records nothing twice (a torn last line is cut off).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace flashcheck::fuzz {
+
+struct FuzzOptions {
+  std::vector<std::string> subjects{"all"};
+  std::int64_t cases = 0;  // cases this shard runs (0: until the time budget)
+  double minutes = 0;      // time budget (0: until `cases`)
+  std::uint64_t seed = 1;
+  int shard = 0, shards = 1;  // this shard takes cases k with k % shards == shard
+  std::string out;            // output folder (required)
+  double watchdog_seconds = 0;  // per case; 0: scaled to the problem's size
+  bool include_mutants = false;  // `--subjects mutants`: every registered mutant
+  std::string worker_exe;  // the binary whose `fuzz-worker` runs cases (this one)
+};
+
+/// Runs a sweep; returns 0 when every case passed, 1 when some failed, 2 on bad input.
+int run_sweep(const FuzzOptions& options);
+
+/// The worker loop: reads "case<TAB>subject<TAB>problem" lines on stdin and
+/// writes one JSON record line per case on stdout, until stdin closes.
+int run_worker();
+
+/// Parses "i/n" (0 <= i < n); throws std::invalid_argument.
+void parse_shard(const std::string& text, int& shard, int& shards);
+
+}  // namespace flashcheck::fuzz

@@ -1,0 +1,369 @@
+// The driver of a sweep: the case stream, the worker processes, the records,
+// the corpus, progress and the summary.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+#include <rapidcheck.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <tuple>
+
+#include "core/problem.hpp"
+#include "core/record.hpp"
+#include "core/subject.hpp"
+#include "fuzz/fuzz.hpp"
+#include "properties/generators.hpp"
+
+namespace flashcheck::fuzz {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+void parse_shard(const std::string& text, int& shard, int& shards) {
+  const std::size_t slash = text.find('/');
+  try {
+    if (slash == std::string::npos) throw std::invalid_argument("");
+    std::size_t used = 0;
+    shard = std::stoi(text.substr(0, slash), &used);
+    if (used != slash) throw std::invalid_argument("");
+    shards = std::stoi(text.substr(slash + 1), &used);
+    if (used != text.size() - slash - 1) throw std::invalid_argument("");
+  } catch (const std::exception&) {
+    throw std::invalid_argument(fmt::format("--shard '{}': expected i/n, e.g. 0/4", text));
+  }
+  if (shards < 1 || shard < 0 || shard >= shards)
+    throw std::invalid_argument(fmt::format("--shard '{}': need 0 <= i < n", text));
+}
+
+namespace {
+
+/// One worker process, fed through pipes.
+class Worker {
+ public:
+  explicit Worker(const std::string& exe) : exe_(exe) {}
+  ~Worker() { stop(); }
+
+  enum class Outcome { record, died, timed_out };
+  struct Reply {
+    Outcome outcome;
+    std::string line;  // the record, for Outcome::record
+    std::string how;   // how it died, for Outcome::died
+  };
+
+  /// Sends one case and waits for its record, at most `seconds`.
+  Reply run(const std::string& request, double seconds) {
+    if (pid_ <= 0) start();
+    const std::string line = request + "\n";
+    if (::write(to_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return died();
+    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+    while (true) {
+      if (const std::size_t end = buffer_.find('\n'); end != std::string::npos) {
+        Reply reply{Outcome::record, buffer_.substr(0, end), {}};
+        buffer_.erase(0, end + 1);
+        return reply;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) {
+        stop();
+        return {Outcome::timed_out, {}, fmt::format("no answer within the {:.0f} s watchdog", seconds)};
+      }
+      pollfd fd{from_, POLLIN, 0};
+      if (::poll(&fd, 1, static_cast<int>(std::min<long long>(left, 1000))) <= 0) continue;
+      char chunk[65536];
+      const ssize_t got = ::read(from_, chunk, sizeof chunk);
+      if (got <= 0) return died();
+      buffer_.append(chunk, static_cast<std::size_t>(got));
+    }
+  }
+
+  void stop() {
+    if (pid_ <= 0) return;
+    ::close(to_);
+    ::close(from_);
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+    buffer_.clear();
+  }
+
+ private:
+  void start() {
+    int down[2], up[2];
+    if (::pipe2(down, O_CLOEXEC) != 0 || ::pipe2(up, O_CLOEXEC) != 0)
+      throw std::runtime_error(fmt::format("fuzz: cannot create a pipe: {}", std::strerror(errno)));
+    pid_ = ::fork();
+    if (pid_ < 0) throw std::runtime_error(fmt::format("fuzz: cannot fork a worker: {}", std::strerror(errno)));
+    if (pid_ == 0) {
+      ::dup2(down[0], STDIN_FILENO);
+      ::dup2(up[1], STDOUT_FILENO);
+      ::execl(exe_.c_str(), exe_.c_str(), "fuzz-worker", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(down[0]);
+    ::close(up[1]);
+    to_ = down[1];
+    from_ = up[0];
+  }
+
+  Reply died() {
+    int status = 0;
+    ::close(to_);
+    ::close(from_);
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    buffer_.clear();
+    std::string how = WIFSIGNALED(status) ? fmt::format("worker killed by signal {} ({})", WTERMSIG(status),
+                                                        strsignal(WTERMSIG(status)))
+                                          : fmt::format("worker exited with status {}", WEXITSTATUS(status));
+    return {Outcome::died, {}, how};
+  }
+
+  std::string exe_;
+  pid_t pid_ = -1;
+  int to_ = -1, from_ = -1;
+  std::string buffer_;
+};
+
+/// The case keys already recorded in `path`; a torn last line (a killed
+/// driver) is cut off so that the file stays JSON Lines.
+std::set<std::string> recorded_cases(const fs::path& path) {
+  std::set<std::string> done;
+  if (!fs::exists(path)) return done;
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::size_t good = 0, start = 0;
+  while (start < text.size()) {
+    const std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) break;  // torn: no newline
+    const auto record = nlohmann::json::parse(text.begin() + static_cast<std::ptrdiff_t>(start),
+                                              text.begin() + static_cast<std::ptrdiff_t>(end), nullptr, false);
+    if (record.is_discarded()) break;
+    if (record.contains("case")) done.insert(record["case"].get<std::string>());
+    good = end + 1;
+    start = end + 1;
+  }
+  if (good < text.size()) fs::resize_file(path, good);
+  return done;
+}
+
+/// Appends one line and forces it to the disk before the case counts as done.
+void append_durably(const fs::path& path, const std::string& line) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error(fmt::format("fuzz: cannot open {}: {}", path.string(), std::strerror(errno)));
+  const std::string text = line + "\n";
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok) throw std::runtime_error(fmt::format("fuzz: cannot write {}: {}", path.string(), std::strerror(errno)));
+}
+
+/// Case k of the stream for `seed`: its own RapidCheck random state, so any
+/// case can be drawn without the ones before it (shards, resume). A draw the
+/// generator discards (an RC_PRE inside it) is redrawn with the next salt.
+Problem draw_problem(const Subject& subject, std::uint64_t seed, std::int64_t k) {
+  const rc::Gen<Problem> gen = gen_problem_in(subject.capabilities());
+  const int size = static_cast<int>(k * 37 % 101);  // RapidCheck's size: 0 (small) to 100
+  for (std::uint64_t salt = 0; salt < 1000; ++salt) {
+    const rc::Random random(rc::Random::Key{seed, static_cast<std::uint64_t>(k), 0x666c617368636865ull, salt});
+    try {
+      return gen(random, size).value();
+    } catch (const rc::detail::CaseResult&) {  // discarded
+    } catch (const rc::GenerationFailure&) {
+    }
+  }
+  throw std::runtime_error(fmt::format("fuzz: {}'s generator discarded 1000 draws for case {}", subject.name(), k));
+}
+
+/// A 64-bit mix of (seed, k) (splitmix64's finaliser): spreads subjects over cases.
+std::uint64_t mix(std::uint64_t seed, std::int64_t k) {
+  std::uint64_t z = seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(k) + 0x632be59bd9b4e019ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/// Watchdog: generous for the CPU oracle's cost at this size.
+double watchdog_for(const Problem& p, double fixed) {
+  if (fixed > 0) return fixed;
+  const double work = static_cast<double>(p.batch * p.heads_q) * static_cast<double>(p.seqlen_q) *
+                      static_cast<double>(p.seqlen_kv) * static_cast<double>(p.head_dim + p.head_dim_v);
+  return 60.0 + work / 1e7;
+}
+
+struct SubjectStats {
+  std::int64_t cases = 0, passed = 0, unsupported = 0;
+  std::map<std::string, std::int64_t> failures;  // by check
+  double worst_ratio = 0;
+  double seconds = 0;
+};
+
+bool failed(const nlohmann::json& record) {
+  const std::string verdict = record.value("verdict", "error");
+  return verdict != "pass" && verdict != "unsupported";
+}
+
+}  // namespace
+
+int run_sweep(const FuzzOptions& options) {
+  if (options.out.empty()) throw std::invalid_argument("fuzz: --out DIR is required (records, corpus and log go there)");
+  if (options.cases <= 0 && options.minutes <= 0) throw std::invalid_argument("fuzz: give --cases N or --minutes M");
+  std::vector<Subject*> subjects;
+  for (const std::string& name : options.subjects) {
+    if (name == "all") {
+      for (Subject* s : Registry::instance().subjects()) subjects.push_back(s);
+    } else if (name == "mutants") {
+      for (Subject* s : Registry::instance().mutants()) subjects.push_back(s);
+    } else if (Subject* s = Registry::instance().find(name)) {
+      subjects.push_back(s);
+    } else {
+      throw std::invalid_argument(fmt::format("fuzz: unknown subject '{}' (see flashcheck list)", name));
+    }
+  }
+  if (subjects.empty()) throw std::invalid_argument("fuzz: no subject to sweep");
+
+  const fs::path out(options.out), records = out / "records.jsonl", corpus = out / "corpus", log = out / "fuzz.log";
+  fs::create_directories(corpus);
+  std::set<std::string> done = recorded_cases(records);
+  const std::size_t resumed = done.size();
+
+  std::map<std::string, SubjectStats> stats;
+  double subject_ms = 0, oracle_ms = 0;
+  std::int64_t ran = 0, failures = 0;
+  const auto started = Clock::now();
+  const auto deadline = started + std::chrono::duration<double>(options.minutes > 0 ? options.minutes * 60 : 1e9);
+  const bool tty = ::isatty(STDERR_FILENO);
+  auto last_progress = Clock::now() - std::chrono::hours(1);
+  std::ofstream log_file(log, std::ios::app);
+  log_file << fmt::format("sweep: seed {} shard {}/{} subjects {} resumed {} recorded case(s)\n", options.seed,
+                          options.shard, options.shards, subjects.size(), resumed);
+
+  Worker worker(options.worker_exe);
+  const auto run_one = [&](const std::string& key, Subject& subject, const Problem& problem, bool from_corpus) {
+    const std::string line = to_line(problem);
+    const auto t0 = Clock::now();
+    const Worker::Reply reply = worker.run(fmt::format("{}\t{}\t{}", key, subject.name(), line),
+                                           watchdog_for(problem, options.watchdog_seconds));
+    nlohmann::json record;
+    if (reply.outcome == Worker::Outcome::record) {
+      record = nlohmann::json::parse(reply.line, nullptr, false);
+      if (record.is_discarded())
+        record = {{"verdict", "error"}, {"check", "error"}, {"message", "the worker wrote a line that is not JSON"}};
+    } else {
+      const bool timed_out = reply.outcome == Worker::Outcome::timed_out;
+      record = {{"schema", kRecordSchema}, {"verdict", timed_out ? "timeout" : "crash"},
+                {"check", timed_out ? "timeout" : "crash"}, {"message", reply.how}};
+    }
+    record["case"] = key;
+    record["subject"] = std::string(subject.name());
+    record["problem"] = line;
+    record["reproducer"] = fmt::format("flashcheck run --subject {} --problem '{}'", subject.name(), line);
+    record["sweep"] = {{"seed", options.seed}, {"shard", options.shard}, {"shards", options.shards}};
+    append_durably(records, record.dump());
+    done.insert(key);
+
+    SubjectStats& s = stats[std::string(subject.name())];
+    s.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    if (record.value("verdict", "") == "unsupported") {
+      ++s.unsupported;
+      return;
+    }
+    ++s.cases;
+    ++ran;
+    if (record.contains("timing_ms")) {
+      subject_ms += record["timing_ms"].value("subject", 0.0);
+      oracle_ms += record["timing_ms"].value("oracle", 0.0) + record["timing_ms"].value("baseline", 0.0);
+    }
+    s.worst_ratio = std::max(s.worst_ratio, record.value("worst_ratio", 0.0));
+    if (!failed(record)) {
+      ++s.passed;
+      return;
+    }
+    ++failures;
+    ++s.failures[record.value("check", "fail")];
+    if (from_corpus) return;  // already stored
+    append_durably(corpus / (std::string(subject.name()) + ".problems"),
+                   fmt::format("# case {}: {} ({})\n{}", key, record.value("check", "fail"),
+                               record.value("message", record.value("rule", "")), line));
+  };
+  const auto progress = [&](std::string_view current, bool force) {
+    const auto now = Clock::now();
+    if (!force && now - last_progress < std::chrono::seconds(tty ? 1 : 10)) return;
+    last_progress = now;
+    const double minutes = std::chrono::duration<double>(now - started).count() / 60;
+    const double left = options.minutes > 0 ? std::max(0.0, options.minutes - minutes) : 0;
+    const std::string text =
+        fmt::format("fuzz: {} case(s), {} failure(s), {:.0f} cases/min, {} left, now {}", ran, failures,
+                    minutes > 0 ? ran / minutes : 0.0,
+                    options.minutes > 0 ? fmt::format("{:.1f} min", left)
+                                        : fmt::format("{} case(s)", std::max<std::int64_t>(0, options.cases - ran)),
+                    current);
+    log_file << text << '\n' << std::flush;
+    if (tty) fmt::print(stderr, "\r{:<110}", text);
+    else fmt::print(stderr, "{}\n", text);
+  };
+
+  // The corpus first: every failure an earlier sweep stored, replayed (read
+  // whole before any case runs, since failures append to it).
+  std::vector<std::tuple<std::string, Subject*, std::string>> stored;
+  for (const auto& entry : fs::directory_iterator(corpus)) {
+    if (entry.path().extension() != ".problems") continue;
+    Subject* subject = Registry::instance().find(entry.path().stem().string());
+    if (!subject) continue;
+    std::ifstream in(entry.path());
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n)
+      if (!line.empty() && line[0] != '#')
+        stored.emplace_back(fmt::format("corpus:{}:{}:{}", entry.path().filename().string(), n, options.seed), subject,
+                            line);
+  }
+  for (const auto& [key, subject, line] : stored) {
+    if (done.count(key)) continue;
+    run_one(key, *subject, parse_problem(line), true);
+    progress(subject->name(), false);
+  }
+
+  std::int64_t taken = 0;
+  for (std::int64_t k = options.shard;; k += options.shards) {
+    if (options.cases > 0 && taken >= options.cases) break;
+    if (Clock::now() >= deadline) break;
+    ++taken;
+    const std::string key = fmt::format("{}:{}", options.seed, k);
+    if (done.count(key)) continue;
+    // The subject of case k depends on k alone (not on the shard count), so
+    // shards are disjoint slices of one stream and merge by concatenation.
+    Subject& subject = *subjects[static_cast<std::size_t>(mix(options.seed, k) % subjects.size())];
+    run_one(key, subject, draw_problem(subject, options.seed, k), false);
+    progress(subject.name(), false);
+  }
+  worker.stop();
+  progress("done", true);
+  if (tty) fmt::print(stderr, "\n");
+
+  const double total = subject_ms + oracle_ms;
+  fmt::print("\nsweep summary: {} case(s) run, {} failure(s); {} recorded before (resumed); records in {}\n", ran,
+             failures, resumed, records.string());
+  fmt::print("time in subjects {:.1f} s, in oracles (f64 + baseline) {:.1f} s ({:.0f}% oracles)\n", subject_ms / 1e3,
+             oracle_ms / 1e3, total > 0 ? 100 * oracle_ms / total : 0.0);
+  fmt::print("{:<32} {:>7} {:>7} {:>8} {:>11} {:>9} {:>11}  failures by check\n", "subject", "cases", "passes",
+             "failures", "worst ratio", "cases/min", "unsupported");
+  for (const auto& [name, s] : stats) {
+    std::string by_check;
+    for (const auto& [check, count] : s.failures) by_check += fmt::format("{}{}={}", by_check.empty() ? "" : " ", check, count);
+    fmt::print("{:<32} {:>7} {:>7} {:>8} {:>11.3g} {:>9.0f} {:>11}  {}\n", name, s.cases, s.passed, s.cases - s.passed,
+               s.worst_ratio, s.seconds > 0 ? 60 * s.cases / s.seconds : 0.0, s.unsupported, by_check);
+  }
+  return failures > 0 ? 1 : 0;
+}
+
+}  // namespace flashcheck::fuzz

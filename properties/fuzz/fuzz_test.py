@@ -1,0 +1,137 @@
+"""The sweep's tests (ctest label `fuzz`): run `flashcheck-testing fuzz` and
+check its records. Usage: fuzz_test.py PATH/TO/flashcheck-testing"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+BINARY = sys.argv.pop(1) if len(sys.argv) > 1 else "flashcheck-testing"
+
+
+def sweep(out, *args, timeout=300):
+    return subprocess.run([BINARY, "fuzz", "--out", out, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def records(out):
+    with open(os.path.join(out, "records.jsonl"), encoding="utf-8") as f:
+        text = f.read()
+    assert text == "" or text.endswith("\n"), "records.jsonl ends with a torn line"
+    return [json.loads(line) for line in text.splitlines()]
+
+
+class Sweep(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def out(self, name):
+        return os.path.join(self.dir, name)
+
+    def test_cpu_sweep_passes_and_summarises(self):
+        run = sweep(self.out("a"), "--subjects", "cpu-lowp,cpu-plain", "--cases", "30", "--seed", "11")
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        got = records(self.out("a"))
+        self.assertEqual(len(got), 30)
+        self.assertEqual(len({r["case"] for r in got}), 30)
+        self.assertTrue(all(r["verdict"] in ("pass", "unsupported") for r in got), got)
+        self.assertEqual({r["subject"] for r in got}, {"cpu-lowp", "cpu-plain"})
+        self.assertIn("sweep summary: 30 case(s) run, 0 failure(s)", run.stdout)
+        self.assertIn("% oracles", run.stdout)
+
+    def test_same_seed_same_cases(self):
+        for name in ("a", "b"):
+            sweep(self.out(name), "--subjects", "cpu-lowp,cpu-plain", "--cases", "15", "--seed", "5")
+        first = [(r["case"], r["subject"], r["problem"]) for r in records(self.out("a"))]
+        second = [(r["case"], r["subject"], r["problem"]) for r in records(self.out("b"))]
+        self.assertEqual(first, second)
+        sweep(self.out("c"), "--subjects", "cpu-lowp,cpu-plain", "--cases", "15", "--seed", "6")
+        self.assertNotEqual(first, [(r["case"], r["subject"], r["problem"]) for r in records(self.out("c"))])
+
+    def test_shards_are_disjoint_slices_of_one_stream(self):
+        whole = {}
+        sweep(self.out("whole"), "--subjects", "cpu-lowp,cpu-plain", "--cases", "12", "--seed", "9")
+        for r in records(self.out("whole")):
+            whole[r["case"]] = (r["subject"], r["problem"])
+        parts = {}
+        for i in range(3):
+            sweep(self.out(f"s{i}"), "--subjects", "cpu-lowp,cpu-plain", "--cases", "4", "--seed", "9", "--shard",
+                  f"{i}/3")
+            for r in records(self.out(f"s{i}")):
+                self.assertNotIn(r["case"], parts, "a case ran in two shards")
+                parts[r["case"]] = (r["subject"], r["problem"])
+        self.assertEqual(parts, whole)
+
+    def test_a_crashing_worker_is_a_recorded_failure_and_the_sweep_goes_on(self):
+        run = sweep(self.out("a"), "--subjects", "misbehave-crash,cpu-lowp", "--cases", "12", "--seed", "3")
+        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+        got = records(self.out("a"))
+        self.assertEqual(len(got), 12)
+        crashes = [r for r in got if r["subject"] == "misbehave-crash"]
+        self.assertTrue(crashes)
+        for r in crashes:
+            self.assertEqual(r["verdict"], "crash")
+            self.assertIn("signal 11", r["message"])
+            self.assertIn("--problem '", r["reproducer"])
+        self.assertTrue(all(r["verdict"] == "pass" for r in got if r["subject"] == "cpu-lowp"))
+        with open(os.path.join(self.out("a"), "corpus", "misbehave-crash.problems"), encoding="utf-8") as f:
+            lines = [line for line in f.read().splitlines() if line and not line.startswith("#")]
+        self.assertEqual(sorted(lines), sorted(r["problem"] for r in crashes))
+
+    def test_a_hanging_worker_meets_the_watchdog(self):
+        start = time.monotonic()
+        run = sweep(self.out("a"), "--subjects", "misbehave-hang", "--cases", "3", "--watchdog", "1")
+        self.assertLess(time.monotonic() - start, 30)
+        self.assertEqual(run.returncode, 1)
+        got = records(self.out("a"))
+        self.assertEqual([r["verdict"] for r in got], ["timeout"] * 3)
+
+    def test_a_second_sweep_replays_the_corpus_first(self):
+        sweep(self.out("a"), "--subjects", "misbehave-crash", "--cases", "2", "--seed", "4")
+        run = sweep(self.out("a"), "--subjects", "cpu-lowp", "--cases", "2", "--seed", "8")
+        got = records(self.out("a"))
+        replayed = [r for r in got if r["case"].startswith("corpus:")]
+        self.assertEqual(len(replayed), 2, run.stdout)
+        self.assertEqual(got.index(replayed[0]), 2, "the corpus runs before the new stream")
+
+    def test_kill_9_of_the_driver_loses_nothing_and_records_nothing_twice(self):
+        out = self.out("a")
+        args = [BINARY, "fuzz", "--out", out, "--subjects", "cpu-lowp,cpu-plain", "--cases", "400", "--seed", "2"]
+        for _ in range(3):  # kill it three times, at different points
+            driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.3)
+            os.kill(driver.pid, signal.SIGKILL)
+            driver.wait()
+        final = subprocess.run(args, capture_output=True, text=True, timeout=600)
+        self.assertIn(final.returncode, (0, 1), final.stderr)
+        got = records(out)
+        keys = [r["case"] for r in got]
+        self.assertEqual(len(keys), len(set(keys)), "a case was recorded twice")
+        self.assertEqual(set(keys), {f"2:{k}" for k in range(400)}, "a case was lost")
+
+    def test_bad_input_is_one_line_and_exit_2(self):
+        for args in (["--subjects", "no-such-subject", "--cases", "1"], ["--shard", "3/2", "--cases", "1"],
+                     ["--subjects", "cpu-lowp"]):
+            run = sweep(self.out("bad"), *args)
+            self.assertEqual(run.returncode, 2, args)
+            self.assertEqual(len(run.stderr.strip().splitlines()), 1, run.stderr)
+
+    def test_replay_reruns_a_corpus_file(self):
+        sweep(self.out("a"), "--subjects", "misbehave-hang", "--cases", "1", "--watchdog", "1")
+        corpus = os.path.join(self.out("a"), "corpus", "misbehave-hang.problems")
+        self.assertTrue(os.path.exists(corpus))
+        with open(corpus, encoding="utf-8") as f:
+            line = [l for l in f.read().splitlines() if not l.startswith("#")][0]
+        run = subprocess.run([BINARY, "replay", line, "--subject", "cpu-lowp"], capture_output=True, text=True,
+                             timeout=120)
+        self.assertIn(run.returncode, (0, 2), run.stdout + run.stderr)  # 2: outside cpu-lowp's domain is possible
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
