@@ -24,7 +24,7 @@ struct FuzzOptions {
   int shard = 0, shards = 1;  // this shard takes cases k with k % shards == shard
   std::string out;            // output folder (required)
   double watchdog_seconds = 0;  // per case; 0: scaled to the problem's size
-  bool include_mutants = false;  // `--subjects mutants`: every registered mutant
+  int shrink_runs = 200;  // most runs spent shrinking one failure
   std::string worker_exe;  // the binary whose `fuzz-worker` runs cases (this one)
 };
 

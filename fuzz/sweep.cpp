@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <tuple>
@@ -171,13 +172,15 @@ void append_durably(const fs::path& path, const std::string& line) {
 /// Case k of the stream for `seed`: its own RapidCheck random state, so any
 /// case can be drawn without the ones before it (shards, resume). A draw the
 /// generator discards (an RC_PRE inside it) is redrawn with the next salt.
-Problem draw_problem(const Subject& subject, std::uint64_t seed, std::int64_t k) {
+rc::Shrinkable<Problem> draw_problem(const Subject& subject, std::uint64_t seed, std::int64_t k) {
   const rc::Gen<Problem> gen = gen_problem_in(subject.capabilities());
   const int size = static_cast<int>(k * 37 % 101);  // RapidCheck's size: 0 (small) to 100
   for (std::uint64_t salt = 0; salt < 1000; ++salt) {
     const rc::Random random(rc::Random::Key{seed, static_cast<std::uint64_t>(k), 0x666c617368636865ull, salt});
     try {
-      return gen(random, size).value();
+      rc::Shrinkable<Problem> drawn = gen(random, size);
+      drawn.value();  // a discard throws here
+      return drawn;
     } catch (const rc::detail::CaseResult&) {  // discarded
     } catch (const rc::GenerationFailure&) {
     }
@@ -201,17 +204,72 @@ double watchdog_for(const Problem& p, double fixed) {
   return 60.0 + work / 1e7;
 }
 
+/// Runs one case in the worker: its record, or a crash/timeout record.
+nlohmann::json execute(Worker& worker, const std::string& key, const Subject& subject, const Problem& problem,
+                       double watchdog) {
+  const std::string line = to_line(problem);
+  const Worker::Reply reply = worker.run(fmt::format("{}\t{}\t{}", key, subject.name(), line), watchdog);
+  nlohmann::json record;
+  if (reply.outcome == Worker::Outcome::record) {
+    record = nlohmann::json::parse(reply.line, nullptr, false);
+    if (record.is_discarded())
+      record = {{"verdict", "error"}, {"check", "error"}, {"message", "the worker wrote a line that is not JSON"}};
+  } else {
+    const bool timed_out = reply.outcome == Worker::Outcome::timed_out;
+    record = {{"schema", kRecordSchema}, {"verdict", timed_out ? "timeout" : "crash"},
+              {"check", timed_out ? "timeout" : "crash"}, {"message", reply.how}};
+  }
+  record["case"] = key;
+  record["subject"] = std::string(subject.name());
+  record["problem"] = line;
+  record["reproducer"] = fmt::format("flashcheck run --subject {} --problem '{}'", subject.name(), line);
+  return record;
+}
+
+bool failed(const nlohmann::json& record) {
+  const std::string verdict = record.value("verdict", "error");
+  return verdict != "pass" && verdict != "unsupported";
+}
+
+/// Shrinks a failing case through its generator's shrinks (smaller batch,
+/// heads, lengths and head dim, simpler values, all inside the domain) while
+/// it still fails the same check; at most `max_runs` runs. Returns the
+/// smallest failing problem, or nothing when no shrink still failed.
+std::optional<Problem> shrink(Worker& worker, const Subject& subject, rc::Shrinkable<Problem> failing,
+                              const std::string& check, double watchdog, int max_runs) {
+  std::optional<Problem> smallest;
+  int runs = 0;
+  for (bool smaller = true; smaller && runs < max_runs;) {
+    smaller = false;
+    auto candidates = failing.shrinks();
+    while (auto candidate = candidates.next()) {
+      if (++runs > max_runs) break;
+      Problem problem;
+      try {
+        problem = candidate->value();
+      } catch (const rc::detail::CaseResult&) {  // the generator discarded this shrink
+        continue;
+      } catch (const rc::GenerationFailure&) {
+        continue;
+      }
+      const nlohmann::json record = execute(worker, "shrink", subject, problem, watchdog);
+      if (failed(record) && record.value("check", "") == check) {
+        failing = *candidate;
+        smallest = problem;
+        smaller = true;
+        break;
+      }
+    }
+  }
+  return smallest;
+}
+
 struct SubjectStats {
   std::int64_t cases = 0, passed = 0, unsupported = 0;
   std::map<std::string, std::int64_t> failures;  // by check
   double worst_ratio = 0;
   double seconds = 0;
 };
-
-bool failed(const nlohmann::json& record) {
-  const std::string verdict = record.value("verdict", "error");
-  return verdict != "pass" && verdict != "unsupported";
-}
 
 }  // namespace
 
@@ -249,30 +307,23 @@ int run_sweep(const FuzzOptions& options) {
                           options.shard, options.shards, subjects.size(), resumed);
 
   Worker worker(options.worker_exe);
-  const auto run_one = [&](const std::string& key, Subject& subject, const Problem& problem, bool from_corpus) {
-    const std::string line = to_line(problem);
+  const auto run_one = [&](const std::string& key, Subject& subject, const rc::Shrinkable<Problem>* drawn,
+                           const Problem& problem) {
+    const double watchdog = watchdog_for(problem, options.watchdog_seconds);
     const auto t0 = Clock::now();
-    const Worker::Reply reply = worker.run(fmt::format("{}\t{}\t{}", key, subject.name(), line),
-                                           watchdog_for(problem, options.watchdog_seconds));
-    nlohmann::json record;
-    if (reply.outcome == Worker::Outcome::record) {
-      record = nlohmann::json::parse(reply.line, nullptr, false);
-      if (record.is_discarded())
-        record = {{"verdict", "error"}, {"check", "error"}, {"message", "the worker wrote a line that is not JSON"}};
-    } else {
-      const bool timed_out = reply.outcome == Worker::Outcome::timed_out;
-      record = {{"schema", kRecordSchema}, {"verdict", timed_out ? "timeout" : "crash"},
-                {"check", timed_out ? "timeout" : "crash"}, {"message", reply.how}};
-    }
-    record["case"] = key;
-    record["subject"] = std::string(subject.name());
-    record["problem"] = line;
-    record["reproducer"] = fmt::format("flashcheck run --subject {} --problem '{}'", subject.name(), line);
+    nlohmann::json record = execute(worker, key, subject, problem, watchdog);
     record["sweep"] = {{"seed", options.seed}, {"shard", options.shard}, {"shards", options.shards}};
+    SubjectStats& s = stats[std::string(subject.name())];
+    const bool is_failure = failed(record);
+    // A new failure is shrunk before it is stored; the record keeps both lines.
+    std::optional<Problem> shrunk;
+    if (is_failure && drawn) {
+      shrunk = shrink(worker, subject, *drawn, record.value("check", ""), watchdog, options.shrink_runs);
+      if (shrunk) record["shrunk_problem"] = to_line(*shrunk);
+    }
     append_durably(records, record.dump());
     done.insert(key);
 
-    SubjectStats& s = stats[std::string(subject.name())];
     s.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     if (record.value("verdict", "") == "unsupported") {
       ++s.unsupported;
@@ -285,16 +336,17 @@ int run_sweep(const FuzzOptions& options) {
       oracle_ms += record["timing_ms"].value("oracle", 0.0) + record["timing_ms"].value("baseline", 0.0);
     }
     s.worst_ratio = std::max(s.worst_ratio, record.value("worst_ratio", 0.0));
-    if (!failed(record)) {
+    if (!is_failure) {
       ++s.passed;
       return;
     }
     ++failures;
     ++s.failures[record.value("check", "fail")];
-    if (from_corpus) return;  // already stored
-    append_durably(corpus / (std::string(subject.name()) + ".problems"),
-                   fmt::format("# case {}: {} ({})\n{}", key, record.value("check", "fail"),
-                               record.value("message", record.value("rule", "")), line));
+    if (!drawn) return;  // a corpus entry: already stored
+    std::string entry = fmt::format("# case {}: {} ({})\n{}", key, record.value("check", "fail"),
+                                    record.value("message", record.value("rule", "")), to_line(problem));
+    if (shrunk) entry += fmt::format("\n# case {} shrunk (the same check fails)\n{}", key, to_line(*shrunk));
+    append_durably(corpus / (std::string(subject.name()) + ".problems"), entry);
   };
   const auto progress = [&](std::string_view current, bool force) {
     const auto now = Clock::now();
@@ -329,7 +381,7 @@ int run_sweep(const FuzzOptions& options) {
   }
   for (const auto& [key, subject, line] : stored) {
     if (done.count(key)) continue;
-    run_one(key, *subject, parse_problem(line), true);
+    run_one(key, *subject, nullptr, parse_problem(line));
     progress(subject->name(), false);
   }
 
@@ -343,7 +395,8 @@ int run_sweep(const FuzzOptions& options) {
     // The subject of case k depends on k alone (not on the shard count), so
     // shards are disjoint slices of one stream and merge by concatenation.
     Subject& subject = *subjects[static_cast<std::size_t>(mix(options.seed, k) % subjects.size())];
-    run_one(key, subject, draw_problem(subject, options.seed, k), false);
+    const rc::Shrinkable<Problem> drawn = draw_problem(subject, options.seed, k);
+    run_one(key, subject, &drawn, drawn.value());
     progress(subject.name(), false);
   }
   worker.stop();

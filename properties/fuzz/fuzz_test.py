@@ -82,7 +82,8 @@ class Sweep(unittest.TestCase):
         self.assertTrue(all(r["verdict"] == "pass" for r in got if r["subject"] == "cpu-lowp"))
         with open(os.path.join(self.out("a"), "corpus", "misbehave-crash.problems"), encoding="utf-8") as f:
             lines = [line for line in f.read().splitlines() if line and not line.startswith("#")]
-        self.assertEqual(sorted(lines), sorted(r["problem"] for r in crashes))
+        expected = [r["problem"] for r in crashes] + [r["shrunk_problem"] for r in crashes if "shrunk_problem" in r]
+        self.assertEqual(sorted(lines), sorted(expected))
 
     def test_a_hanging_worker_meets_the_watchdog(self):
         start = time.monotonic()
@@ -94,11 +95,14 @@ class Sweep(unittest.TestCase):
 
     def test_a_second_sweep_replays_the_corpus_first(self):
         sweep(self.out("a"), "--subjects", "misbehave-crash", "--cases", "2", "--seed", "4")
+        with open(os.path.join(self.out("a"), "corpus", "misbehave-crash.problems"), encoding="utf-8") as f:
+            stored = [line for line in f.read().splitlines() if line and not line.startswith("#")]
         run = sweep(self.out("a"), "--subjects", "cpu-lowp", "--cases", "2", "--seed", "8")
         got = records(self.out("a"))
         replayed = [r for r in got if r["case"].startswith("corpus:")]
-        self.assertEqual(len(replayed), 2, run.stdout)
+        self.assertEqual(sorted(r["problem"] for r in replayed), sorted(stored), run.stdout)
         self.assertEqual(got.index(replayed[0]), 2, "the corpus runs before the new stream")
+        self.assertTrue(all(r["case"].startswith("corpus:") for r in got[2:2 + len(stored)]))
 
     def test_kill_9_of_the_driver_loses_nothing_and_records_nothing_twice(self):
         out = self.out("a")
@@ -114,6 +118,30 @@ class Sweep(unittest.TestCase):
         keys = [r["case"] for r in got]
         self.assertEqual(len(keys), len(set(keys)), "a case was recorded twice")
         self.assertEqual(set(keys), {f"2:{k}" for k in range(400)}, "a case was lost")
+
+    def test_a_failure_is_shrunk_and_both_lines_are_kept(self):
+        run = sweep(self.out("a"), "--subjects", "mutant-cpu-br-as-tl", "--cases", "30", "--seed", "1")
+        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+        failures = [r for r in records(self.out("a")) if r["verdict"] == "fail"]
+        self.assertTrue(failures)
+        shrunk = [r for r in failures if "shrunk_problem" in r]
+        self.assertTrue(shrunk, "no failure was shrunk")
+
+        def size(line):
+            f = dict(field.split("=", 1) for field in line.split() if "=" in field)
+            return int(f["b"]) * int(f["hq"]) * int(f["sq"]) * int(f["skv"]) * (int(f["d"]) + int(f["dv"]))
+
+        for r in shrunk:
+            self.assertLess(size(r["shrunk_problem"]), size(r["problem"]))
+        with open(os.path.join(self.out("a"), "corpus", "mutant-cpu-br-as-tl.problems"), encoding="utf-8") as f:
+            corpus = f.read()
+        for r in shrunk:
+            self.assertIn(r["problem"], corpus)
+            self.assertIn(r["shrunk_problem"], corpus)
+        # The shrunk line still fails when replayed.
+        replay = subprocess.run([BINARY, "replay", shrunk[0]["shrunk_problem"], "--subject", "mutant-cpu-br-as-tl"],
+                                capture_output=True, text=True, timeout=120)
+        self.assertEqual(replay.returncode, 1, replay.stdout)
 
     def test_bad_input_is_one_line_and_exit_2(self):
         for args in (["--subjects", "no-such-subject", "--cases", "1"], ["--shard", "3/2", "--cases", "1"],
