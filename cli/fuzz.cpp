@@ -37,6 +37,9 @@ void add_fuzz(CLI::App& app, int& exit_code) {
   command->add_option("--shard", *shard, "i/n: this shard takes cases k with k % n == i");
   command->add_option("--watchdog", options->watchdog_seconds, "Seconds per case (default: scaled to its size)")
       ->check(CLI::NonNegativeNumber);
+  command->add_option("--gpus", options->gpus, "Devices, one worker each (CUDA_VISIBLE_DEVICES), e.g. 0,1,2,3")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber);
   command->add_option("--shrink-runs", options->shrink_runs, "Most runs spent shrinking one failure (0: no shrinking)")
       ->check(CLI::NonNegativeNumber);
   command->callback([options, shard, &exit_code] {

@@ -25,6 +25,7 @@ struct FuzzOptions {
   std::string out;            // output folder (required)
   double watchdog_seconds = 0;  // per case; 0: scaled to the problem's size
   int shrink_runs = 200;  // most runs spent shrinking one failure
+  std::vector<int> gpus;  // one worker per listed device (empty: one worker, devices as inherited)
   std::string worker_exe;  // the binary whose `fuzz-worker` runs cases (this one)
 };
 

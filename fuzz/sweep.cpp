@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -50,46 +51,78 @@ void parse_shard(const std::string& text, int& shard, int& shards) {
 
 namespace {
 
-/// One worker process, fed through pipes.
+/// One worker process, fed through pipes, one case at a time. `gpu` >= 0
+/// pins it to that device (CUDA_VISIBLE_DEVICES), for one worker per GPU.
 class Worker {
  public:
-  explicit Worker(const std::string& exe) : exe_(exe) {}
+  Worker(std::string exe, int gpu) : exe_(std::move(exe)), gpu_(gpu) {}
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
   ~Worker() { stop(); }
 
   enum class Outcome { record, died, timed_out };
   struct Reply {
     Outcome outcome;
     std::string line;  // the record, for Outcome::record
-    std::string how;   // how it died, for Outcome::died
+    std::string how;   // how it died or timed out
   };
 
-  /// Sends one case and waits for its record, at most `seconds`.
-  Reply run(const std::string& request, double seconds) {
+  /// Starts one case (the worker must be idle), with `seconds` to answer.
+  void submit(const std::string& request, double seconds) {
     if (pid_ <= 0) start();
+    busy_ = true;
+    watchdog_ = seconds;
+    deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
     const std::string line = request + "\n";
-    if (::write(to_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return died();
-    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-    while (true) {
-      if (const std::size_t end = buffer_.find('\n'); end != std::string::npos) {
-        Reply reply{Outcome::record, buffer_.substr(0, end), {}};
-        buffer_.erase(0, end + 1);
-        return reply;
-      }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) {
-        stop();
-        return {Outcome::timed_out, {}, fmt::format("no answer within the {:.0f} s watchdog", seconds)};
-      }
+    if (::write(to_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) broken_ = true;
+  }
+
+  /// The case's reply once there is one: call when fd() is readable, or to
+  /// check the watchdog.
+  std::optional<Reply> collect() {
+    if (!busy_) return std::nullopt;
+    if (!broken_) {
       pollfd fd{from_, POLLIN, 0};
-      if (::poll(&fd, 1, static_cast<int>(std::min<long long>(left, 1000))) <= 0) continue;
-      char chunk[65536];
-      const ssize_t got = ::read(from_, chunk, sizeof chunk);
-      if (got <= 0) return died();
-      buffer_.append(chunk, static_cast<std::size_t>(got));
+      while (::poll(&fd, 1, 0) > 0) {
+        char chunk[65536];
+        const ssize_t got = ::read(from_, chunk, sizeof chunk);
+        if (got <= 0) {
+          broken_ = true;
+          break;
+        }
+        buffer_.append(chunk, static_cast<std::size_t>(got));
+      }
+    }
+    if (const std::size_t end = buffer_.find('\n'); end != std::string::npos) {
+      Reply reply{Outcome::record, buffer_.substr(0, end), {}};
+      buffer_.erase(0, end + 1);
+      busy_ = false;
+      return reply;
+    }
+    if (broken_) return died();
+    if (Clock::now() >= deadline_) {
+      stop();
+      return Reply{Outcome::timed_out, {}, fmt::format("no answer within the {:.0f} s watchdog", watchdog_)};
+    }
+    return std::nullopt;
+  }
+
+  /// One case, waiting for its reply (shrinking uses this).
+  Reply run(const std::string& request, double seconds) {
+    submit(request, seconds);
+    while (true) {
+      pollfd fd{from_, POLLIN, 0};
+      ::poll(&fd, 1, 200);
+      if (auto reply = collect()) return *reply;
     }
   }
 
+  bool busy() const { return busy_; }
+  int fd() const { return from_; }
+  Clock::time_point deadline() const { return deadline_; }
+
   void stop() {
+    busy_ = false;
     if (pid_ <= 0) return;
     ::close(to_);
     ::close(from_);
@@ -109,6 +142,7 @@ class Worker {
     if (pid_ == 0) {
       ::dup2(down[0], STDIN_FILENO);
       ::dup2(up[1], STDOUT_FILENO);
+      if (gpu_ >= 0) ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(gpu_).c_str(), 1);
       ::execl(exe_.c_str(), exe_.c_str(), "fuzz-worker", static_cast<char*>(nullptr));
       ::_exit(127);
     }
@@ -116,6 +150,7 @@ class Worker {
     ::close(up[1]);
     to_ = down[1];
     from_ = up[0];
+    broken_ = false;
   }
 
   Reply died() {
@@ -125,6 +160,7 @@ class Worker {
     ::waitpid(pid_, &status, 0);
     pid_ = -1;
     buffer_.clear();
+    busy_ = false;
     std::string how = WIFSIGNALED(status) ? fmt::format("worker killed by signal {} ({})", WTERMSIG(status),
                                                         strsignal(WTERMSIG(status)))
                                           : fmt::format("worker exited with status {}", WEXITSTATUS(status));
@@ -132,8 +168,12 @@ class Worker {
   }
 
   std::string exe_;
+  int gpu_;
   pid_t pid_ = -1;
   int to_ = -1, from_ = -1;
+  bool busy_ = false, broken_ = false;
+  double watchdog_ = 0;
+  Clock::time_point deadline_;
   std::string buffer_;
 };
 
@@ -204,11 +244,15 @@ double watchdog_for(const Problem& p, double fixed) {
   return 60.0 + work / 1e7;
 }
 
-/// Runs one case in the worker: its record, or a crash/timeout record.
-nlohmann::json execute(Worker& worker, const std::string& key, const Subject& subject, const Problem& problem,
-                       double watchdog) {
+std::string request(const std::string& key, const Subject& subject, const Problem& problem) {
+  return fmt::format("{}\t{}\t{}", key, subject.name(), to_line(problem));
+}
+
+/// A case's record from its worker's reply (a crash or timeout record when it
+/// gave none).
+nlohmann::json record_of(const Worker::Reply& reply, const std::string& key, const Subject& subject,
+                         const Problem& problem) {
   const std::string line = to_line(problem);
-  const Worker::Reply reply = worker.run(fmt::format("{}\t{}\t{}", key, subject.name(), line), watchdog);
   nlohmann::json record;
   if (reply.outcome == Worker::Outcome::record) {
     record = nlohmann::json::parse(reply.line, nullptr, false);
@@ -252,7 +296,8 @@ std::optional<Problem> shrink(Worker& worker, const Subject& subject, rc::Shrink
       } catch (const rc::GenerationFailure&) {
         continue;
       }
-      const nlohmann::json record = execute(worker, "shrink", subject, problem, watchdog);
+      const nlohmann::json record =
+          record_of(worker.run(request("shrink", subject, problem), watchdog), "shrink", subject, problem);
       if (failed(record) && record.value("check", "") == check) {
         failing = *candidate;
         smallest = problem;
@@ -306,25 +351,36 @@ int run_sweep(const FuzzOptions& options) {
   log_file << fmt::format("sweep: seed {} shard {}/{} subjects {} resumed {} recorded case(s)\n", options.seed,
                           options.shard, options.shards, subjects.size(), resumed);
 
-  Worker worker(options.worker_exe);
-  const auto run_one = [&](const std::string& key, Subject& subject, const rc::Shrinkable<Problem>* drawn,
-                           const Problem& problem) {
-    const double watchdog = watchdog_for(problem, options.watchdog_seconds);
-    const auto t0 = Clock::now();
-    nlohmann::json record = execute(worker, key, subject, problem, watchdog);
+  // One worker per GPU (--gpus), or one.
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int gpu : options.gpus.empty() ? std::vector<int>{-1} : options.gpus)
+    workers.push_back(std::make_unique<Worker>(options.worker_exe, gpu));
+
+  struct Case {
+    std::string key;
+    Subject* subject;
+    std::optional<rc::Shrinkable<Problem>> drawn;  // empty for a corpus entry
+    Problem problem;
+    Clock::time_point started;
+  };
+  // Records a finished case: the record (shrinking a new failure first, on the
+  // worker that found it), the stats, and the corpus.
+  const auto finish = [&](Worker& worker, const Case& c, const Worker::Reply& reply) {
+    Subject& subject = *c.subject;
+    const double watchdog = watchdog_for(c.problem, options.watchdog_seconds);
+    nlohmann::json record = record_of(reply, c.key, subject, c.problem);
     record["sweep"] = {{"seed", options.seed}, {"shard", options.shard}, {"shards", options.shards}};
     SubjectStats& s = stats[std::string(subject.name())];
     const bool is_failure = failed(record);
-    // A new failure is shrunk before it is stored; the record keeps both lines.
     std::optional<Problem> shrunk;
-    if (is_failure && drawn) {
-      shrunk = shrink(worker, subject, *drawn, record.value("check", ""), watchdog, options.shrink_runs);
+    if (is_failure && c.drawn) {
+      shrunk = shrink(worker, subject, *c.drawn, record.value("check", ""), watchdog, options.shrink_runs);
       if (shrunk) record["shrunk_problem"] = to_line(*shrunk);
     }
     append_durably(records, record.dump());
-    done.insert(key);
+    done.insert(c.key);
 
-    s.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    s.seconds += std::chrono::duration<double>(Clock::now() - c.started).count();
     if (record.value("verdict", "") == "unsupported") {
       ++s.unsupported;
       return;
@@ -342,10 +398,10 @@ int run_sweep(const FuzzOptions& options) {
     }
     ++failures;
     ++s.failures[record.value("check", "fail")];
-    if (!drawn) return;  // a corpus entry: already stored
-    std::string entry = fmt::format("# case {}: {} ({})\n{}", key, record.value("check", "fail"),
-                                    record.value("message", record.value("rule", "")), to_line(problem));
-    if (shrunk) entry += fmt::format("\n# case {} shrunk (the same check fails)\n{}", key, to_line(*shrunk));
+    if (!c.drawn) return;  // a corpus entry: already stored
+    std::string entry = fmt::format("# case {}: {} ({})\n{}", c.key, record.value("check", "fail"),
+                                    record.value("message", record.value("rule", "")), to_line(c.problem));
+    if (shrunk) entry += fmt::format("\n# case {} shrunk (the same check fails)\n{}", c.key, to_line(*shrunk));
     append_durably(corpus / (std::string(subject.name()) + ".problems"), entry);
   };
   const auto progress = [&](std::string_view current, bool force) {
@@ -379,27 +435,59 @@ int run_sweep(const FuzzOptions& options) {
         stored.emplace_back(fmt::format("corpus:{}:{}:{}", entry.path().filename().string(), n, options.seed), subject,
                             line);
   }
-  for (const auto& [key, subject, line] : stored) {
-    if (done.count(key)) continue;
-    run_one(key, *subject, nullptr, parse_problem(line));
-    progress(subject->name(), false);
-  }
+  std::size_t next_stored = 0;
+  std::int64_t k = options.shard, taken = 0;
+  // The next case to run, or nothing when the corpus and the budget are spent.
+  const auto next_case = [&]() -> std::optional<Case> {
+    while (next_stored < stored.size()) {
+      const auto& [key, subject, line] = stored[next_stored++];
+      if (!done.count(key)) return Case{key, subject, std::nullopt, parse_problem(line), Clock::now()};
+    }
+    while (!(options.cases > 0 && taken >= options.cases) && Clock::now() < deadline) {
+      const std::int64_t index = k;
+      k += options.shards;
+      ++taken;
+      const std::string key = fmt::format("{}:{}", options.seed, index);
+      if (done.count(key)) continue;
+      // The subject of case k depends on k alone (not on the shard count), so
+      // shards are disjoint slices of one stream and merge by concatenation.
+      Subject* subject = subjects[static_cast<std::size_t>(mix(options.seed, index) % subjects.size())];
+      rc::Shrinkable<Problem> drawn = draw_problem(*subject, options.seed, index);
+      Problem problem = drawn.value();
+      return Case{key, subject, std::move(drawn), std::move(problem), Clock::now()};
+    }
+    return std::nullopt;
+  };
 
-  std::int64_t taken = 0;
-  for (std::int64_t k = options.shard;; k += options.shards) {
-    if (options.cases > 0 && taken >= options.cases) break;
-    if (Clock::now() >= deadline) break;
-    ++taken;
-    const std::string key = fmt::format("{}:{}", options.seed, k);
-    if (done.count(key)) continue;
-    // The subject of case k depends on k alone (not on the shard count), so
-    // shards are disjoint slices of one stream and merge by concatenation.
-    Subject& subject = *subjects[static_cast<std::size_t>(mix(options.seed, k) % subjects.size())];
-    const rc::Shrinkable<Problem> drawn = draw_problem(subject, options.seed, k);
-    run_one(key, subject, &drawn, drawn.value());
-    progress(subject.name(), false);
+  std::vector<std::optional<Case>> running(workers.size());
+  bool exhausted = false;
+  while (true) {
+    for (std::size_t w = 0; w < workers.size() && !exhausted; ++w) {
+      if (running[w]) continue;
+      running[w] = next_case();
+      if (!running[w]) {
+        exhausted = true;
+        break;
+      }
+      workers[w]->submit(request(running[w]->key, *running[w]->subject, running[w]->problem),
+                         watchdog_for(running[w]->problem, options.watchdog_seconds));
+    }
+    std::vector<pollfd> fds;
+    for (std::size_t w = 0; w < workers.size(); ++w)
+      if (running[w]) fds.push_back({workers[w]->fd(), POLLIN, 0});
+    if (fds.empty()) break;
+    ::poll(fds.data(), fds.size(), 200);
+    for (std::size_t w = 0; w < workers.size(); ++w) {
+      if (!running[w]) continue;
+      if (auto reply = workers[w]->collect()) {
+        const Case c = std::move(*running[w]);
+        running[w].reset();
+        finish(*workers[w], c, *reply);
+        progress(c.subject->name(), false);
+      }
+    }
   }
-  worker.stop();
+  for (auto& worker : workers) worker->stop();
   progress("done", true);
   if (tty) fmt::print(stderr, "\n");
 

@@ -143,6 +143,17 @@ class Sweep(unittest.TestCase):
                                 capture_output=True, text=True, timeout=120)
         self.assertEqual(replay.returncode, 1, replay.stdout)
 
+    def test_one_worker_per_gpu_runs_the_same_cases(self):
+        common = ["--subjects", "cpu-lowp,cpu-plain,misbehave-crash", "--cases", "24", "--seed", "12",
+                  "--shrink-runs", "0"]
+        sweep(self.out("one"), *common)
+        run = sweep(self.out("four"), *common, "--gpus", "0,1,2,3")
+        self.assertEqual(run.returncode, 1, run.stderr)
+        one = {r["case"]: (r["subject"], r["problem"], r["verdict"]) for r in records(self.out("one"))}
+        four = {r["case"]: (r["subject"], r["problem"], r["verdict"]) for r in records(self.out("four"))}
+        self.assertEqual(one, four)
+        self.assertIn("crash", {v for (_, _, v) in four.values()})
+
     def test_bad_input_is_one_line_and_exit_2(self):
         for args in (["--subjects", "no-such-subject", "--cases", "1"], ["--shard", "3/2", "--cases", "1"],
                      ["--subjects", "cpu-lowp"]):
