@@ -69,6 +69,12 @@ class Worker {
 
   /// Starts one case (the worker must be idle), with `seconds` to answer.
   void submit(const std::string& request, double seconds) {
+    if (pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == pid_) {  // it exited between cases
+      ::close(to_);
+      ::close(from_);
+      pid_ = -1;
+      buffer_.clear();
+    }
     if (pid_ <= 0) start();
     busy_ = true;
     watchdog_ = seconds;
@@ -351,6 +357,9 @@ int run_sweep(const FuzzOptions& options) {
   log_file << fmt::format("sweep: seed {} shard {}/{} subjects {} resumed {} recorded case(s)\n", options.seed,
                           options.shard, options.shards, subjects.size(), resumed);
 
+  // A worker that exits between cases (after a sticky fault) must not take
+  // the driver with it: writing to its pipe then fails with EPIPE instead.
+  ::signal(SIGPIPE, SIG_IGN);
   // One worker per GPU (--gpus), or one.
   std::vector<std::unique_ptr<Worker>> workers;
   for (int gpu : options.gpus.empty() ? std::vector<int>{-1} : options.gpus)
@@ -482,6 +491,10 @@ int run_sweep(const FuzzOptions& options) {
       if (auto reply = workers[w]->collect()) {
         const Case c = std::move(*running[w]);
         running[w].reset();
+        // A sticky device fault ends the worker's usefulness (it exits after
+        // its record): the next case gets a fresh process.
+        if (reply->outcome == Worker::Outcome::record && reply->line.find("\"status\":\"fault\"") != std::string::npos)
+          workers[w]->stop();
         finish(*workers[w], c, *reply);
         progress(c.subject->name(), false);
       }

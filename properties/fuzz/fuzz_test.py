@@ -85,6 +85,18 @@ class Sweep(unittest.TestCase):
         expected = [r["problem"] for r in crashes] + [r["shrunk_problem"] for r in crashes if "shrunk_problem" in r]
         self.assertEqual(sorted(lines), sorted(expected))
 
+    def test_a_worker_with_a_sticky_fault_is_replaced(self):
+        run = sweep(self.out("a"), "--subjects", "misbehave-fault,cpu-lowp", "--cases", "16", "--seed", "21",
+                    "--shrink-runs", "0")
+        self.assertEqual(run.returncode, 1, run.stderr)
+        got = records(self.out("a"))
+        self.assertEqual(len(got), 16)
+        verdicts = {r["subject"]: set() for r in got}
+        for r in got:
+            verdicts[r["subject"]].add(r["verdict"])
+        self.assertEqual(verdicts["misbehave-fault"], {"fault"})
+        self.assertEqual(verdicts["cpu-lowp"], {"pass"})
+
     def test_a_hanging_worker_meets_the_watchdog(self):
         start = time.monotonic()
         run = sweep(self.out("a"), "--subjects", "misbehave-hang", "--cases", "3", "--watchdog", "1")

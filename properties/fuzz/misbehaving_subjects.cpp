@@ -2,7 +2,9 @@
 // isolation tests (linked only into flashcheck-testing, registered as mutants
 // so that `all` never includes them):
 //   misbehave-crash  kills its process with SIGSEGV (an access violation);
-//   misbehave-hang   never returns (a kernel stuck in a loop).
+//   misbehave-hang   never returns (a kernel stuck in a loop);
+//   misbehave-fault  reports a sticky device fault (what a GPU subject returns
+//                    after an illegal address), so the worker exits after it.
 #include <signal.h>
 #include <unistd.h>
 
@@ -24,27 +26,39 @@ inline constexpr Capabilities kSmallDomain = {
 
 class Misbehaving : public Subject {
  public:
-  Misbehaving(std::string_view name, bool hang) : name_(name), hang_(hang) {}
+  enum class How { crash, hang, fault };
+  Misbehaving(std::string_view name, How how) : name_(name), how_(how) {}
   std::string_view name() const override { return name_; }
   std::string_view description() const override {
-    return hang_ ? "never returns (tests the sweep's watchdog)" : "dies of SIGSEGV (tests the sweep's isolation)";
+    switch (how_) {
+      case How::hang: return "never returns (tests the sweep's watchdog)";
+      case How::fault: return "reports a sticky device fault (tests the sweep's worker restart)";
+      default: return "dies of SIGSEGV (tests the sweep's isolation)";
+    }
   }
   const Capabilities& capabilities() const override { return kSmallDomain; }
   RunResult run(const Problem& problem, const Inputs&) override {
     if (auto refused = refuse_outside(kSmallDomain, problem)) return *refused;
-    if (hang_)
+    if (how_ == How::hang)
       while (true) ::pause();
+    if (how_ == How::fault) {
+      RunResult result;
+      result.status = Status::fault;
+      result.message = "an illegal memory access was encountered (emulated)";
+      return result;
+    }
     ::raise(SIGSEGV);
     return {};
   }
 
  private:
   std::string_view name_;
-  bool hang_;
+  How how_;
 };
 
-MutantRegistration crash([] { return std::make_unique<Misbehaving>("misbehave-crash", false); });
-MutantRegistration hang([] { return std::make_unique<Misbehaving>("misbehave-hang", true); });
+MutantRegistration crash([] { return std::make_unique<Misbehaving>("misbehave-crash", Misbehaving::How::crash); });
+MutantRegistration hang([] { return std::make_unique<Misbehaving>("misbehave-hang", Misbehaving::How::hang); });
+MutantRegistration fault([] { return std::make_unique<Misbehaving>("misbehave-fault", Misbehaving::How::fault); });
 
 }  // namespace
 }  // namespace flashcheck
