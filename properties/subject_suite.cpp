@@ -19,6 +19,7 @@
 
 #include "core/gpu/device_info.hpp"
 #include "core/subject.hpp"
+#include "properties/ctest_resources.hpp"
 #include "properties/subject_properties.hpp"
 
 namespace flashcheck {
@@ -111,6 +112,7 @@ class MutantTest : public testing::Test {
 
 int main(int argc, char** argv) {
   using namespace flashcheck;
+  use_ctest_gpu();
   testing::InitGoogleTest(&argc, argv);
   std::vector<Subject*> under_test = Registry::instance().subjects();
   if (const char* names = std::getenv("FLASHCHECK_SUBJECTS")) {
