@@ -20,8 +20,9 @@ inline constexpr int kExitBadInput = 2;
 /// a bad line throws BadInput naming the file and line.
 std::vector<Problem> read_problems(const std::vector<std::string>& lines, const std::string& file);
 
-/// The subjects that --subject names (each a registered name, or `all` for
-/// every subject); an unknown name throws naming it. `every` is set when `all`
+/// The subjects that --subject names (each a registered name, `all` for every
+/// subject, or `mutants` for every mutant linked in); an unknown name throws
+/// naming it. `every` is set when `all`
 /// was among them.
 std::vector<Subject*> resolve_subjects(const std::vector<std::string>& names, bool* every = nullptr);
 

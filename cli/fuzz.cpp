@@ -26,13 +26,14 @@ std::string self_exe() {
 void add_fuzz(CLI::App& app, int& exit_code) {
   auto options = std::make_shared<fuzz::FuzzOptions>();
   auto shard = std::make_shared<std::string>("0/1");
+  auto names = std::make_shared<std::vector<std::string>>(std::vector<std::string>{"all"});
   CLI::App* command = app.add_subcommand("fuzz", "A sweep: generated cases of every subject against the oracles, in "
                                                  "worker processes, recorded and resumable");
   command->add_option("--out", options->out, "Output folder: records.jsonl, corpus/, fuzz.log; a re-run resumes")
       ->required();
   command->add_option("--cases", options->cases, "Cases this shard runs")->check(CLI::NonNegativeNumber);
   command->add_option("--minutes", options->minutes, "Time budget")->check(CLI::NonNegativeNumber);
-  command->add_option("--subjects", options->subjects, "Subjects: names, 'all' or 'mutants'")->delimiter(',');
+  command->add_option("--subjects", *names, "Subjects: names, 'all' or 'mutants'")->delimiter(',');
   command->add_option("--seed", options->seed, "Seed of the case stream (the same seed and code give the same cases)");
   command->add_option("--shard", *shard, "i/n: this shard takes cases k with k % n == i");
   command->add_option("--watchdog", options->watchdog_seconds, "Seconds per case (default: scaled to its size)")
@@ -42,8 +43,9 @@ void add_fuzz(CLI::App& app, int& exit_code) {
       ->check(CLI::NonNegativeNumber);
   command->add_option("--shrink-runs", options->shrink_runs, "Most runs spent shrinking one failure (0: no shrinking)")
       ->check(CLI::NonNegativeNumber);
-  command->callback([options, shard, &exit_code] {
+  command->callback([options, shard, names, &exit_code] {
     fuzz::parse_shard(*shard, options->shard, options->shards);
+    options->subjects = resolve_subjects(*names);
     options->worker_exe = self_exe();
     exit_code = fuzz::run_sweep(*options);
   });

@@ -37,6 +37,10 @@ std::vector<Subject*> resolve_subjects(const std::vector<std::string>& names, bo
       for (Subject* subject : Registry::instance().subjects()) subjects.push_back(subject);
       continue;
     }
+    if (name == "mutants") {  // in binaries that link kernels/mutants (flashcheck-testing)
+      for (Subject* subject : Registry::instance().mutants()) subjects.push_back(subject);
+      continue;
+    }
     Subject* subject = Registry::instance().find(name);
     if (!subject) throw std::runtime_error(fmt::format("unknown subject '{}' (flashcheck list shows them)", name));
     subjects.push_back(subject);

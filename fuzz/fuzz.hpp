@@ -14,10 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "core/subject.hpp"
+
 namespace flashcheck::fuzz {
 
 struct FuzzOptions {
-  std::vector<std::string> subjects{"all"};
+  std::vector<Subject*> subjects;  // resolved by the caller (cli resolve_subjects)
   std::int64_t cases = 0;  // cases this shard runs (0: until the time budget)
   double minutes = 0;      // time budget (0: until `cases`)
   std::uint64_t seed = 1;

@@ -26,6 +26,7 @@
 #include "core/record.hpp"
 #include "core/subject.hpp"
 #include "fuzz/fuzz.hpp"
+#include "oracles/judge.hpp"
 #include "properties/generators.hpp"
 
 namespace flashcheck::fuzz {
@@ -255,10 +256,10 @@ std::string request(const std::string& key, const Subject& subject, const Proble
 }
 
 /// A case's record from its worker's reply (a crash or timeout record when it
-/// gave none).
+/// gave none). The worker's judge record names the case already; what a
+/// crash, a timeout or a worker error leaves out is filled in here.
 nlohmann::json record_of(const Worker::Reply& reply, const std::string& key, const Subject& subject,
                          const Problem& problem) {
-  const std::string line = to_line(problem);
   nlohmann::json record;
   if (reply.outcome == Worker::Outcome::record) {
     record = nlohmann::json::parse(reply.line, nullptr, false);
@@ -270,9 +271,9 @@ nlohmann::json record_of(const Worker::Reply& reply, const std::string& key, con
               {"check", timed_out ? "timeout" : "crash"}, {"message", reply.how}};
   }
   record["case"] = key;
-  record["subject"] = std::string(subject.name());
-  record["problem"] = line;
-  record["reproducer"] = fmt::format("flashcheck run --subject {} --problem '{}'", subject.name(), line);
+  if (!record.contains("subject")) record["subject"] = std::string(subject.name());
+  if (!record.contains("problem")) record["problem"] = to_line(problem);
+  if (!record.contains("reproducer")) record["reproducer"] = replay_command(subject.name(), problem);
   return record;
 }
 
@@ -327,18 +328,7 @@ struct SubjectStats {
 int run_sweep(const FuzzOptions& options) {
   if (options.out.empty()) throw std::invalid_argument("fuzz: --out DIR is required (records, corpus and log go there)");
   if (options.cases <= 0 && options.minutes <= 0) throw std::invalid_argument("fuzz: give --cases N or --minutes M");
-  std::vector<Subject*> subjects;
-  for (const std::string& name : options.subjects) {
-    if (name == "all") {
-      for (Subject* s : Registry::instance().subjects()) subjects.push_back(s);
-    } else if (name == "mutants") {
-      for (Subject* s : Registry::instance().mutants()) subjects.push_back(s);
-    } else if (Subject* s = Registry::instance().find(name)) {
-      subjects.push_back(s);
-    } else {
-      throw std::invalid_argument(fmt::format("fuzz: unknown subject '{}' (see flashcheck list)", name));
-    }
-  }
+  const std::vector<Subject*>& subjects = options.subjects;
   if (subjects.empty()) throw std::invalid_argument("fuzz: no subject to sweep");
 
   const fs::path out(options.out), records = out / "records.jsonl", corpus = out / "corpus", log = out / "fuzz.log";
@@ -371,19 +361,22 @@ int run_sweep(const FuzzOptions& options) {
     std::optional<rc::Shrinkable<Problem>> drawn;  // empty for a corpus entry
     Problem problem;
     Clock::time_point started;
+    double watchdog = 0;  // seconds
   };
   // Records a finished case: the record (shrinking a new failure first, on the
   // worker that found it), the stats, and the corpus.
   const auto finish = [&](Worker& worker, const Case& c, const Worker::Reply& reply) {
     Subject& subject = *c.subject;
-    const double watchdog = watchdog_for(c.problem, options.watchdog_seconds);
     nlohmann::json record = record_of(reply, c.key, subject, c.problem);
+    // A sticky device fault ends the worker's usefulness (it exits after its
+    // record): the next case, and any shrinking, get a fresh process.
+    if (record.value("status", "") == "fault") worker.stop();
     record["sweep"] = {{"seed", options.seed}, {"shard", options.shard}, {"shards", options.shards}};
     SubjectStats& s = stats[std::string(subject.name())];
     const bool is_failure = failed(record);
     std::optional<Problem> shrunk;
     if (is_failure && c.drawn) {
-      shrunk = shrink(worker, subject, *c.drawn, record.value("check", ""), watchdog, options.shrink_runs);
+      shrunk = shrink(worker, subject, *c.drawn, record.value("check", ""), c.watchdog, options.shrink_runs);
       if (shrunk) record["shrunk_problem"] = to_line(*shrunk);
     }
     append_durably(records, record.dump());
@@ -450,7 +443,10 @@ int run_sweep(const FuzzOptions& options) {
   const auto next_case = [&]() -> std::optional<Case> {
     while (next_stored < stored.size()) {
       const auto& [key, subject, line] = stored[next_stored++];
-      if (!done.count(key)) return Case{key, subject, std::nullopt, parse_problem(line), Clock::now()};
+      if (done.count(key)) continue;
+      Problem problem = parse_problem(line);
+      const double watchdog = watchdog_for(problem, options.watchdog_seconds);
+      return Case{key, subject, std::nullopt, std::move(problem), Clock::now(), watchdog};
     }
     while (!(options.cases > 0 && taken >= options.cases) && Clock::now() < deadline) {
       const std::int64_t index = k;
@@ -463,7 +459,8 @@ int run_sweep(const FuzzOptions& options) {
       Subject* subject = subjects[static_cast<std::size_t>(mix(options.seed, index) % subjects.size())];
       rc::Shrinkable<Problem> drawn = draw_problem(*subject, options.seed, index);
       Problem problem = drawn.value();
-      return Case{key, subject, std::move(drawn), std::move(problem), Clock::now()};
+      const double watchdog = watchdog_for(problem, options.watchdog_seconds);
+      return Case{key, subject, std::move(drawn), std::move(problem), Clock::now(), watchdog};
     }
     return std::nullopt;
   };
@@ -479,7 +476,7 @@ int run_sweep(const FuzzOptions& options) {
         break;
       }
       workers[w]->submit(request(running[w]->key, *running[w]->subject, running[w]->problem),
-                         watchdog_for(running[w]->problem, options.watchdog_seconds));
+                         running[w]->watchdog);
     }
     std::vector<pollfd> fds;
     for (std::size_t w = 0; w < workers.size(); ++w)
@@ -491,10 +488,6 @@ int run_sweep(const FuzzOptions& options) {
       if (auto reply = workers[w]->collect()) {
         const Case c = std::move(*running[w]);
         running[w].reset();
-        // A sticky device fault ends the worker's usefulness (it exits after
-        // its record): the next case gets a fresh process.
-        if (reply->outcome == Worker::Outcome::record && reply->line.find("\"status\":\"fault\"") != std::string::npos)
-          workers[w]->stop();
         finish(*workers[w], c, *reply);
         progress(c.subject->name(), false);
       }

@@ -49,9 +49,11 @@ LogitCondition logit_condition(const Problem& p, const AttentionRows& reference)
   return condition;
 }
 
-std::string CaseResult::reproducer() const {
+std::string replay_command(std::string_view subject, const Problem& problem) {
   return fmt::format("flashcheck run --subject {} --problem '{}'", subject, to_line(problem));
 }
+
+std::string CaseResult::reproducer() const { return replay_command(subject, problem); }
 
 CaseResult judge(Subject& subject, const Problem& problem, const JudgeOptions& options) {
   validate(problem);

@@ -53,13 +53,16 @@ struct CaseResult {
 
   bool ran() const { return status == Status::ok; }
   bool passed() const { return ran() && verdict.pass; }
-  /// The command that replays this case.
+  /// The command that replays this case (replay_command of its subject and problem).
   std::string reproducer() const;
 };
 
 /// The logit conditioning of a reference computed with its conditions, over
 /// the valid rows and finite values.
 LogitCondition logit_condition(const Problem& problem, const AttentionRows& reference);
+
+/// The command line that replays one case of `subject` on `problem`.
+std::string replay_command(std::string_view subject, const Problem& problem);
 
 /// Judges one case. Throws BadInput for an invalid problem.
 CaseResult judge(Subject& subject, const Problem& problem, const JudgeOptions& options = {});
