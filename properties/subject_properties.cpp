@@ -161,6 +161,14 @@ CaseBound bound_of(const CaseResult& r) {
   return {*b.o, b.lse.value_or(0)};  // the baseline always has LSE
 }
 
+/// Two cases' bounds together: the tolerance of a relation between them.
+CaseBound operator+(const CaseBound& x, const CaseBound& y) { return {x.o + y.o, x.lse + y.lse}; }
+
+void assert_related(std::string_view relation, const Problem& p, const AttentionRows& got, const AttentionRows& want,
+                    const CaseBound& tolerance, const std::vector<const Problem*>& shown) {
+  assert_related(relation, p, got, want, tolerance.o, tolerance.lse, shown);
+}
+
 // Problems for the exact-arithmetic relations: small integers (exact in every
 // dtype, and after the transformations below).
 Problem with_small_integers(Problem p) {
@@ -229,9 +237,8 @@ void key_value_permutation(Subject& subject) {
       }
     }
   const CaseResult base = run_case(subject, p, in), permuted = run_case(subject, p, moved);
-  const CaseBound b1 = bound_of(base), b2 = bound_of(permuted);
-  assert_related("K/V row permutation", p, rows_of(p, permuted.outputs), rows_of(p, base.outputs), b1.o + b2.o,
-                 b1.lse + b2.lse, {&p});
+  assert_related("K/V row permutation", p, rows_of(p, permuted.outputs), rows_of(p, base.outputs),
+                 bound_of(base) + bound_of(permuted), {&p});
 }
 
 void query_permutation(Subject& subject) {
@@ -259,9 +266,8 @@ void query_permutation(Subject& subject) {
         std::copy_n(original.o_row(b, h, orders[b][i]), p.head_dim_v, expected.o_row(b, h, i));
         expected.lse[expected.index(b, h, i)] = original.lse[original.index(b, h, orders[b][i])];
       }
-  const CaseBound b1 = bound_of(base), b2 = bound_of(permuted);
-  assert_related("Q row permutation", p, rows_of(p, permuted.outputs), expected, b1.o + b2.o,
-                 b1.lse + b2.lse, {&p});
+  assert_related("Q row permutation", p, rows_of(p, permuted.outputs), expected, bound_of(base) + bound_of(permuted),
+                 {&p});
 }
 
 void key_shift_invariance(Subject& subject) {
@@ -292,9 +298,7 @@ void key_shift_invariance(Subject& subject) {
       }
   RC_CLASSIFY(largest_shift >= 100, "shift >= 100 logits");
   RC_CLASSIFY(largest_shift >= 1000, "shift >= 1000 logits");
-  const CaseBound b1 = bound_of(base), b2 = bound_of(moved);
-  assert_related("K + 1 w^T shift", p, rows_of(p, moved.outputs), expected, b1.o + b2.o,
-                 b1.lse + b2.lse, {&p});
+  assert_related("K + 1 w^T shift", p, rows_of(p, moved.outputs), expected, bound_of(base) + bound_of(moved), {&p});
 }
 
 void value_affine_map(Subject& subject) {
@@ -454,9 +458,8 @@ void gqa_equals_repeated_mha(Subject& subject) {
         for (std::int64_t c = 0; c < mha.head_dim_v; ++c) repeated.v.set(b, h, j, c, in.v.get(b, h / gqa.group_size(), j, c));
       }
   const CaseResult grouped = run_case(subject, gqa, in), full = run_case(subject, mha, repeated);
-  const CaseBound b1 = bound_of(grouped), b2 = bound_of(full);
   assert_related("GQA == MHA with repeated K/V", gqa, rows_of(gqa, grouped.outputs), rows_of(mha, full.outputs),
-                 b1.o + b2.o, b1.lse + b2.lse, {&gqa, &mha});
+                 bound_of(grouped) + bound_of(full), {&gqa, &mha});
 }
 
 bool has_varlen(const Capabilities& caps) { return caps.varlen; }
@@ -483,7 +486,7 @@ void padded_equals_trimmed(Subject& subject) {
   const Inputs in = generate_inputs(p);
   const CaseResult padded = run_case(subject, p, in);
   const AttentionRows padded_rows = rows_of(p, padded.outputs);
-  const CaseBound b1 = bound_of(padded);
+  const CaseBound padded_bound = bound_of(padded);
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const Problem t = trimmed(p, b);
     if (unsupported_reason(subject.capabilities(), t)) continue;  // e.g. a length the domain's multiples exclude
@@ -499,15 +502,14 @@ void padded_equals_trimmed(Subject& subject) {
         for (std::int64_t c = 0; c < t.head_dim_v; ++c) cut.v.set(0, h, j, c, in.v.get(b, h, j, c));
       }
     const CaseResult alone = run_case(subject, t, cut);
-    const CaseBound b2 = bound_of(alone);
     AttentionRows expected(t, all_rows(t));
     for (std::int64_t h = 0; h < t.heads_q; ++h)
       for (std::int64_t i = 0; i < t.seqlen_q; ++i) {
         std::copy_n(padded_rows.o_row(b, h, i), t.head_dim_v, expected.o_row(0, h, i));
         expected.lse[expected.index(0, h, i)] = padded_rows.lse[padded_rows.index(b, h, i)];
       }
-    assert_related("padded == trimmed", t, rows_of(t, alone.outputs), expected, b1.o + b2.o,
-                   b1.lse + b2.lse, {&p, &t});
+    assert_related("padded == trimmed", t, rows_of(t, alone.outputs), expected, padded_bound + bound_of(alone),
+                   {&p, &t});
   }
 }
 
@@ -618,9 +620,8 @@ void bottom_right_equals_offset_top_left(Subject& subject) {
         std::copy_n(top_rows.o_row(b, h, i + offset), br.head_dim_v, expected.o_row(b, h, i));
         expected.lse[expected.index(b, h, i)] = top_rows.lse[top_rows.index(b, h, i + offset)];
       }
-  const CaseBound b1 = bound_of(bottom), b2 = bound_of(top);
-  assert_related("causal_br == causal_tl on the offset problem", br, rows_of(br, bottom.outputs), expected, b1.o + b2.o,
-                 b1.lse + b2.lse, {&br, &tl});
+  assert_related("causal_br == causal_tl on the offset problem", br, rows_of(br, bottom.outputs), expected,
+                 bound_of(bottom) + bound_of(top), {&br, &tl});
 }
 
 bool has_split_kv(const Capabilities& caps) { return caps.split_kv; }
@@ -647,9 +648,8 @@ void split_counts_agree(Subject& subject) {
   }
   for (std::size_t x = 0; x < results.size(); ++x)
     for (std::size_t y = x + 1; y < results.size(); ++y) {
-      const CaseBound bx = bound_of(results[x]), by = bound_of(results[y]);
       assert_related(fmt::format("{} splits == {} splits", counts[x], counts[y]), p, rows_of(p, results[x].outputs),
-                     rows_of(p, results[y].outputs), bx.o + by.o, bx.lse + by.lse, {&p});
+                     rows_of(p, results[y].outputs), bound_of(results[x]) + bound_of(results[y]), {&p});
     }
 }
 
