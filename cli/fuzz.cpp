@@ -43,9 +43,18 @@ void add_fuzz(CLI::App& app, int& exit_code) {
       ->check(CLI::NonNegativeNumber);
   command->add_option("--shrink-runs", options->shrink_runs, "Most runs spent shrinking one failure (0: no shrinking)")
       ->check(CLI::NonNegativeNumber);
+  command->add_option("--sanitize", options->sanitize,
+                      "Instead of the sweep: --sanitize-cases small cases per GPU subject, each under compute-sanitizer "
+                      "with this tool")
+      ->check(CLI::IsMember({"memcheck", "racecheck", "initcheck", "synccheck"}));
+  command->add_option("--sanitize-cases", options->sanitize_cases, "Cases per subject in --sanitize mode")
+      ->check(CLI::PositiveNumber);
   command->callback([options, shard, names, &exit_code] {
     fuzz::parse_shard(*shard, options->shard, options->shards);
-    options->subjects = resolve_subjects(*names);
+    bool every = false;
+    options->subjects = resolve_subjects(*names, &every);
+    if (!options->sanitize.empty() && every)  // `all` under a sanitizer: the GPU subjects
+      std::erase_if(options->subjects, [](const Subject* s) { return !s->capabilities().needs_gpu; });
     options->worker_exe = self_exe();
     exit_code = fuzz::run_sweep(*options);
   });

@@ -15,6 +15,14 @@ void add_list(CLI::App& app, int& exit_code) {
       fmt::print("  {:<20} {}\n", subject->name(), subject->description());
       fmt::print("  {:<20} {}\n", "", describe(subject->capabilities()));
     }
+    // flashcheck-testing links mutants and fixtures too.
+    const auto print_names = [](std::string_view what, const std::vector<Subject*>& list) {
+      if (list.empty()) return;
+      fmt::print("{} {}(s):\n", list.size(), what);
+      for (Subject* subject : list) fmt::print("  {:<28} {}\n", subject->name(), subject->description());
+    };
+    print_names("mutant", Registry::instance().mutants());
+    print_names("fixture", Registry::instance().fixtures());
     const GpuInventory gpus = gpu_devices();
     if (gpus.devices.empty()) fmt::print("GPU: none ({}); GPU subjects are not tested here\n", gpus.note);
     for (const GpuDevice& gpu : gpus.devices)

@@ -38,7 +38,10 @@ std::vector<Subject*> resolve_subjects(const std::vector<std::string>& names, bo
       continue;
     }
     if (name == "mutants") {  // in binaries that link kernels/mutants (flashcheck-testing)
-      for (Subject* subject : Registry::instance().mutants()) subjects.push_back(subject);
+      const auto& mutants = Registry::instance().mutants();
+      if (mutants.empty())
+        throw std::runtime_error("'mutants': this binary links no mutant (flashcheck-testing does)");
+      subjects.insert(subjects.end(), mutants.begin(), mutants.end());
       continue;
     }
     Subject* subject = Registry::instance().find(name);

@@ -102,16 +102,16 @@ Registry& Registry::instance() {
 }
 
 void Registry::add(Factory factory, Kind kind) {
-  (kind == Kind::subject ? subjects_ : mutants_).factories.push_back(std::move(factory));
+  list(kind).factories.push_back(std::move(factory));
 }
 
 const std::vector<Subject*>& Registry::materialise(Kind kind) {
-  List& list = kind == Kind::subject ? subjects_ : mutants_;
-  while (list.owned.size() < list.factories.size()) {
-    list.owned.push_back(list.factories[list.owned.size()]());
-    list.view.push_back(list.owned.back().get());
+  List& l = list(kind);
+  while (l.owned.size() < l.factories.size()) {
+    l.owned.push_back(l.factories[l.owned.size()]());
+    l.view.push_back(l.owned.back().get());
   }
-  return list.view;
+  return l.view;
 }
 
 Subject* Registry::find(std::string_view name) {
@@ -119,6 +119,8 @@ Subject* Registry::find(std::string_view name) {
     if (subject->name() == name) return subject;
   for (Subject* mutant : mutants())
     if (mutant->name() == name) return mutant;
+  for (Subject* fixture : fixtures())
+    if (fixture->name() == name) return fixture;
   return nullptr;
 }
 

@@ -131,12 +131,14 @@ class Subject {
   virtual bool set_split_count(int /*splits*/) { return false; }
 };
 
-/// The process-wide lists of subjects and of mutants (deliberately broken
-/// subjects that the test suite must catch), filled by static registration
-/// objects and constructed on first use, in registration order.
+/// The process-wide lists of subjects, of mutants (deliberately broken
+/// subjects that the test suite must catch) and of fixtures (subjects that
+/// misbehave on purpose to test the harness itself: never in `all` or
+/// `mutants`, found by name only), filled by static registration objects and
+/// constructed on first use, in registration order.
 class Registry {
  public:
-  enum class Kind { subject, mutant };
+  enum class Kind { subject, mutant, fixture };
   using Factory = std::function<std::unique_ptr<Subject>()>;
 
   static Registry& instance();
@@ -145,7 +147,9 @@ class Registry {
   const std::vector<Subject*>& subjects() { return materialise(Kind::subject); }
   /// The mutants, in builds that link kernels/mutants.
   const std::vector<Subject*>& mutants() { return materialise(Kind::mutant); }
-  /// A subject or mutant by name.
+  /// The harness's test fixtures, in builds that link them (flashcheck-testing).
+  const std::vector<Subject*>& fixtures() { return materialise(Kind::fixture); }
+  /// A subject, mutant or fixture by name.
   Subject* find(std::string_view name);
 
  private:
@@ -155,7 +159,8 @@ class Registry {
     std::vector<Subject*> view;
   };
   const std::vector<Subject*>& materialise(Kind kind);
-  List subjects_, mutants_;
+  List& list(Kind kind) { return kind == Kind::subject ? subjects_ : kind == Kind::mutant ? mutants_ : fixtures_; }
+  List subjects_, mutants_, fixtures_;
 };
 
 /// Registers a subject type at static-initialisation time:
@@ -171,6 +176,14 @@ struct SubjectRegistration {
 struct MutantRegistration {
   explicit MutantRegistration(Registry::Factory factory) {
     Registry::instance().add(std::move(factory), Registry::Kind::mutant);
+  }
+};
+
+/// Registers a fixture: a subject that misbehaves on purpose, for the
+/// harness's own tests.
+struct FixtureRegistration {
+  explicit FixtureRegistration(Registry::Factory factory) {
+    Registry::instance().add(std::move(factory), Registry::Kind::fixture);
   }
 };
 

@@ -29,9 +29,16 @@ struct FuzzOptions {
   int shrink_runs = 200;  // most runs spent shrinking one failure
   std::vector<int> gpus;  // one worker per listed device (empty: one worker, devices as inherited)
   std::string worker_exe;  // the binary whose `fuzz-worker` runs cases (this one)
+  // Sanitizer mode: a few small cases per subject, each in a worker under
+  // `compute-sanitizer --tool <sanitize>` (memcheck, racecheck, initcheck or
+  // synccheck), instead of the sweep. Findings are failed records.
+  std::string sanitize;
+  int sanitize_cases = 4;  // cases per subject
 };
 
-/// Runs a sweep; returns 0 when every case passed, 1 when some failed, 2 on bad input.
+/// Runs a sweep; returns 0 when every case passed (with mutants in it: when
+/// every mutant was caught and no other subject failed), 1 otherwise; throws
+/// std::invalid_argument on bad input.
 int run_sweep(const FuzzOptions& options);
 
 /// The worker loop: reads "case<TAB>subject<TAB>problem" lines on stdin and

@@ -26,6 +26,7 @@
 #include "core/record.hpp"
 #include "core/subject.hpp"
 #include "fuzz/fuzz.hpp"
+#include "fuzz/sweep_parts.hpp"
 #include "oracles/judge.hpp"
 #include "properties/generators.hpp"
 
@@ -50,7 +51,78 @@ void parse_shard(const std::string& text, int& shard, int& shards) {
     throw std::invalid_argument(fmt::format("--shard '{}': need 0 <= i < n", text));
 }
 
+namespace detail {
+
+bool failed(const nlohmann::json& record) {
+  const std::string verdict = record.value("verdict", "error");
+  return verdict != "pass" && verdict != "unsupported";
+}
+
+Recorded read_records(const fs::path& path) {
+  Recorded done;
+  if (!fs::exists(path)) return done;
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::size_t good = 0, start = 0;
+  while (start < text.size()) {
+    const std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) break;  // torn: no newline
+    const auto record = nlohmann::json::parse(text.begin() + static_cast<std::ptrdiff_t>(start),
+                                              text.begin() + static_cast<std::ptrdiff_t>(end), nullptr, false);
+    if (record.is_discarded()) break;
+    if (record.contains("case")) done.cases.insert(record["case"].get<std::string>());
+    if (failed(record) && record.contains("subject")) done.failed_subjects.insert(record["subject"].get<std::string>());
+    good = end + 1;
+    start = end + 1;
+  }
+  if (good < text.size()) fs::resize_file(path, good);
+  return done;
+}
+
+void append_durably(const fs::path& path, const std::string& line) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error(fmt::format("fuzz: cannot open {}: {}", path.string(), std::strerror(errno)));
+  const std::string text = line + "\n";
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok) throw std::runtime_error(fmt::format("fuzz: cannot write {}: {}", path.string(), std::strerror(errno)));
+}
+
+// Case k has its own RapidCheck random state, so any case can be drawn without
+// the ones before it (shards, resume). A draw the generator discards (an
+// RC_PRE inside it) is redrawn with the next salt.
+rc::Shrinkable<Problem> draw_problem(const Subject& subject, std::uint64_t seed, std::int64_t k, int size) {
+  const rc::Gen<Problem> gen = gen_problem_in(subject.capabilities());
+  if (size < 0) size = static_cast<int>(k * 37 % 101);  // RapidCheck's size: 0 (small) to 100
+  for (std::uint64_t salt = 0; salt < 1000; ++salt) {
+    const rc::Random random(rc::Random::Key{seed, static_cast<std::uint64_t>(k), 0x666c617368636865ull, salt});
+    try {
+      rc::Shrinkable<Problem> drawn = gen(random, size);
+      drawn.value();  // a discard throws here
+      return drawn;
+    } catch (const rc::detail::CaseResult&) {  // discarded
+    } catch (const rc::GenerationFailure&) {
+    }
+  }
+  throw std::runtime_error(fmt::format("fuzz: {}'s generator discarded 1000 draws for case {}", subject.name(), k));
+}
+
+double watchdog_for(const Problem& p, double fixed) {
+  if (fixed > 0) return fixed;
+  const double work = static_cast<double>(p.batch * p.heads_q) * static_cast<double>(p.seqlen_q) *
+                      static_cast<double>(p.seqlen_kv) * static_cast<double>(p.head_dim + p.head_dim_v);
+  return 60.0 + work / 1e7;
+}
+
+std::string request(const std::string& key, const Subject& subject, const Problem& problem) {
+  return fmt::format("{}\t{}\t{}", key, subject.name(), to_line(problem));
+}
+
+}  // namespace detail
+
 namespace {
+
+using namespace detail;
 
 /// One worker process, fed through pipes, one case at a time. `gpu` >= 0
 /// pins it to that device (CUDA_VISIBLE_DEVICES), for one worker per GPU.
@@ -184,75 +256,12 @@ class Worker {
   std::string buffer_;
 };
 
-/// The case keys already recorded in `path`; a torn last line (a killed
-/// driver) is cut off so that the file stays JSON Lines.
-std::set<std::string> recorded_cases(const fs::path& path) {
-  std::set<std::string> done;
-  if (!fs::exists(path)) return done;
-  std::ifstream in(path, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::size_t good = 0, start = 0;
-  while (start < text.size()) {
-    const std::size_t end = text.find('\n', start);
-    if (end == std::string::npos) break;  // torn: no newline
-    const auto record = nlohmann::json::parse(text.begin() + static_cast<std::ptrdiff_t>(start),
-                                              text.begin() + static_cast<std::ptrdiff_t>(end), nullptr, false);
-    if (record.is_discarded()) break;
-    if (record.contains("case")) done.insert(record["case"].get<std::string>());
-    good = end + 1;
-    start = end + 1;
-  }
-  if (good < text.size()) fs::resize_file(path, good);
-  return done;
-}
-
-/// Appends one line and forces it to the disk before the case counts as done.
-void append_durably(const fs::path& path, const std::string& line) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error(fmt::format("fuzz: cannot open {}: {}", path.string(), std::strerror(errno)));
-  const std::string text = line + "\n";
-  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok) throw std::runtime_error(fmt::format("fuzz: cannot write {}: {}", path.string(), std::strerror(errno)));
-}
-
-/// Case k of the stream for `seed`: its own RapidCheck random state, so any
-/// case can be drawn without the ones before it (shards, resume). A draw the
-/// generator discards (an RC_PRE inside it) is redrawn with the next salt.
-rc::Shrinkable<Problem> draw_problem(const Subject& subject, std::uint64_t seed, std::int64_t k) {
-  const rc::Gen<Problem> gen = gen_problem_in(subject.capabilities());
-  const int size = static_cast<int>(k * 37 % 101);  // RapidCheck's size: 0 (small) to 100
-  for (std::uint64_t salt = 0; salt < 1000; ++salt) {
-    const rc::Random random(rc::Random::Key{seed, static_cast<std::uint64_t>(k), 0x666c617368636865ull, salt});
-    try {
-      rc::Shrinkable<Problem> drawn = gen(random, size);
-      drawn.value();  // a discard throws here
-      return drawn;
-    } catch (const rc::detail::CaseResult&) {  // discarded
-    } catch (const rc::GenerationFailure&) {
-    }
-  }
-  throw std::runtime_error(fmt::format("fuzz: {}'s generator discarded 1000 draws for case {}", subject.name(), k));
-}
-
 /// A 64-bit mix of (seed, k) (splitmix64's finaliser): spreads subjects over cases.
 std::uint64_t mix(std::uint64_t seed, std::int64_t k) {
   std::uint64_t z = seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(k) + 0x632be59bd9b4e019ull;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
-}
-
-/// Watchdog: generous for the CPU oracle's cost at this size.
-double watchdog_for(const Problem& p, double fixed) {
-  if (fixed > 0) return fixed;
-  const double work = static_cast<double>(p.batch * p.heads_q) * static_cast<double>(p.seqlen_q) *
-                      static_cast<double>(p.seqlen_kv) * static_cast<double>(p.head_dim + p.head_dim_v);
-  return 60.0 + work / 1e7;
-}
-
-std::string request(const std::string& key, const Subject& subject, const Problem& problem) {
-  return fmt::format("{}\t{}\t{}", key, subject.name(), to_line(problem));
 }
 
 /// A case's record from its worker's reply (a crash or timeout record when it
@@ -275,11 +284,6 @@ nlohmann::json record_of(const Worker::Reply& reply, const std::string& key, con
   if (!record.contains("problem")) record["problem"] = to_line(problem);
   if (!record.contains("reproducer")) record["reproducer"] = replay_command(subject.name(), problem);
   return record;
-}
-
-bool failed(const nlohmann::json& record) {
-  const std::string verdict = record.value("verdict", "error");
-  return verdict != "pass" && verdict != "unsupported";
 }
 
 /// Shrinks a failing case through its generator's shrinks (smaller batch,
@@ -327,25 +331,66 @@ struct SubjectStats {
 
 int run_sweep(const FuzzOptions& options) {
   if (options.out.empty()) throw std::invalid_argument("fuzz: --out DIR is required (records, corpus and log go there)");
-  if (options.cases <= 0 && options.minutes <= 0) throw std::invalid_argument("fuzz: give --cases N or --minutes M");
   const std::vector<Subject*>& subjects = options.subjects;
   if (subjects.empty()) throw std::invalid_argument("fuzz: no subject to sweep");
+  if (!options.sanitize.empty()) return run_sanitize(options);
+  if (options.cases <= 0 && options.minutes <= 0) throw std::invalid_argument("fuzz: give --cases N or --minutes M");
 
   const fs::path out(options.out), records = out / "records.jsonl", corpus = out / "corpus", log = out / "fuzz.log";
   fs::create_directories(corpus);
-  std::set<std::string> done = recorded_cases(records);
+  const Recorded recorded = read_records(records);
+  std::set<std::string> done = recorded.cases;
   const std::size_t resumed = done.size();
 
+  // The time budget is the sweep's, not the run's: a resumed run (the same
+  // seed, shard and --minutes) spends what the killed one left.
+  const fs::path budget_path = out / "budget.json";
+  const nlohmann::json budget_key = {{"seed", options.seed}, {"shard", fmt::format("{}/{}", options.shard, options.shards)},
+                                     {"minutes", options.minutes}};
+  double spent_before = 0;
+  if (options.minutes > 0 && fs::exists(budget_path)) {
+    std::ifstream in(budget_path);
+    const auto saved = nlohmann::json::parse(in, nullptr, false);
+    if (!saved.is_discarded() && saved.value("sweep", nlohmann::json()) == budget_key)
+      spent_before = saved.value("spent_seconds", 0.0);
+  }
+  const auto save_budget = [&](double spent_now) {
+    if (options.minutes <= 0) return;
+    const fs::path temp = out / "budget.json.tmp";
+    std::ofstream(temp) << nlohmann::json{{"sweep", budget_key}, {"spent_seconds", spent_before + spent_now}}.dump()
+                        << '\n';
+    fs::rename(temp, budget_path);  // atomic: a kill leaves the old or the new file
+  };
+
+  // Mutants in the sweep: the score is how many are caught. A caught mutant
+  // gets no more cases (one catch is all it needs), and a sweep of mutants
+  // alone ends when every one is caught.
+  std::map<std::string, std::optional<double>> first_catch;  // mutant -> seconds into this run
+  std::set<std::string> caught;
+  for (Subject* mutant : Registry::instance().mutants())
+    if (std::find(subjects.begin(), subjects.end(), mutant) != subjects.end()) {
+      first_catch[std::string(mutant->name())] = std::nullopt;
+      if (recorded.failed_subjects.count(std::string(mutant->name()))) caught.insert(std::string(mutant->name()));
+    }
+  const bool only_mutants = first_catch.size() == subjects.size();
+
   std::map<std::string, SubjectStats> stats;
-  double subject_ms = 0, oracle_ms = 0;
+  double subject_ms = 0, oracle_ms = 0, inputs_ms = 0;
   std::int64_t ran = 0, failures = 0;
   const auto started = Clock::now();
-  const auto deadline = started + std::chrono::duration<double>(options.minutes > 0 ? options.minutes * 60 : 1e9);
+  const auto deadline =
+      started + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                    options.minutes > 0 ? std::max(0.0, options.minutes * 60 - spent_before) : 1e9));
   const bool tty = ::isatty(STDERR_FILENO);
   auto last_progress = Clock::now() - std::chrono::hours(1);
   std::ofstream log_file(log, std::ios::app);
-  log_file << fmt::format("sweep: seed {} shard {}/{} subjects {} resumed {} recorded case(s)\n", options.seed,
-                          options.shard, options.shards, subjects.size(), resumed);
+  const std::string opening = fmt::format(
+      "fuzz: seed {} shard {}/{}, {} subject(s); {} case(s) recorded before{}", options.seed, options.shard,
+      options.shards, subjects.size(), resumed,
+      spent_before > 0 ? fmt::format(", {:.1f} of {} min already spent (resumed)", spent_before / 60, options.minutes)
+                       : std::string());
+  log_file << opening << '\n';
+  fmt::print(stderr, "{}\n", opening);
 
   // A worker that exits between cases (after a sticky fault) must not take
   // the driver with it: writing to its pipe then fails with EPIPE instead.
@@ -391,6 +436,7 @@ int run_sweep(const FuzzOptions& options) {
     ++ran;
     if (record.contains("timing_ms")) {
       subject_ms += record["timing_ms"].value("subject", 0.0);
+      inputs_ms += record["timing_ms"].value("inputs", 0.0);
       oracle_ms += record["timing_ms"].value("oracle", 0.0) + record["timing_ms"].value("baseline", 0.0);
     }
     s.worst_ratio = std::max(s.worst_ratio, record.value("worst_ratio", 0.0));
@@ -400,6 +446,10 @@ int run_sweep(const FuzzOptions& options) {
     }
     ++failures;
     ++s.failures[record.value("check", "fail")];
+    if (auto mutant = first_catch.find(std::string(subject.name())); mutant != first_catch.end()) {
+      if (!mutant->second) mutant->second = std::chrono::duration<double>(Clock::now() - started).count();
+      caught.insert(mutant->first);
+    }
     if (!c.drawn) return;  // a corpus entry: already stored
     std::string entry = fmt::format("# case {}: {} ({})\n{}", c.key, record.value("check", "fail"),
                                     record.value("message", record.value("rule", "")), to_line(c.problem));
@@ -410,8 +460,9 @@ int run_sweep(const FuzzOptions& options) {
     const auto now = Clock::now();
     if (!force && now - last_progress < std::chrono::seconds(tty ? 1 : 10)) return;
     last_progress = now;
+    save_budget(std::chrono::duration<double>(now - started).count());
     const double minutes = std::chrono::duration<double>(now - started).count() / 60;
-    const double left = options.minutes > 0 ? std::max(0.0, options.minutes - minutes) : 0;
+    const double left = options.minutes > 0 ? std::max(0.0, options.minutes - spent_before / 60 - minutes) : 0;
     const std::string text =
         fmt::format("fuzz: {} case(s), {} failure(s), {:.0f} cases/min, {} left, now {}", ran, failures,
                     minutes > 0 ? ran / minutes : 0.0,
@@ -457,6 +508,10 @@ int run_sweep(const FuzzOptions& options) {
       // The subject of case k depends on k alone (not on the shard count), so
       // shards are disjoint slices of one stream and merge by concatenation.
       Subject* subject = subjects[static_cast<std::size_t>(mix(options.seed, index) % subjects.size())];
+      if (caught.count(std::string(subject->name()))) {
+        if (only_mutants && caught.size() == first_catch.size()) break;  // every mutant caught
+        continue;
+      }
       rc::Shrinkable<Problem> drawn = draw_problem(*subject, options.seed, index);
       Problem problem = drawn.value();
       const double watchdog = watchdog_for(problem, options.watchdog_seconds);
@@ -497,11 +552,16 @@ int run_sweep(const FuzzOptions& options) {
   progress("done", true);
   if (tty) fmt::print(stderr, "\n");
 
-  const double total = subject_ms + oracle_ms;
-  fmt::print("\nsweep summary: {} case(s) run, {} failure(s); {} recorded before (resumed); records in {}\n", ran,
-             failures, resumed, records.string());
-  fmt::print("time in subjects {:.1f} s, in oracles (f64 + baseline) {:.1f} s ({:.0f}% oracles)\n", subject_ms / 1e3,
-             oracle_ms / 1e3, total > 0 ? 100 * oracle_ms / total : 0.0);
+  const double wall_ms = 1e3 * std::chrono::duration<double>(Clock::now() - started).count();
+  save_budget(wall_ms / 1e3);
+  const auto share = [wall_ms](double ms) { return wall_ms > 0 ? 100 * ms / wall_ms : 0.0; };
+  fmt::print("\nsweep summary: {} case(s) run in {:.1f} min ({:.0f} cases/min), {} failure(s); {} recorded before "
+             "(resumed); records in {}\n",
+             ran, wall_ms / 6e4, wall_ms > 0 ? ran / (wall_ms / 6e4) : 0.0, failures, resumed, records.string());
+  fmt::print("wall time: subjects {:.1f} s ({:.0f}%), oracles (f64 + baseline) {:.1f} s ({:.0f}%), inputs {:.1f} s "
+             "({:.0f}%), the rest (processes, pipes, shrinking) {:.0f}%\n",
+             subject_ms / 1e3, share(subject_ms), oracle_ms / 1e3, share(oracle_ms), inputs_ms / 1e3, share(inputs_ms),
+             std::max(0.0, 100 - share(subject_ms) - share(oracle_ms) - share(inputs_ms)));
   fmt::print("{:<32} {:>7} {:>7} {:>8} {:>11} {:>9} {:>11}  failures by check\n", "subject", "cases", "passes",
              "failures", "worst ratio", "cases/min", "unsupported");
   for (const auto& [name, s] : stats) {
@@ -510,7 +570,32 @@ int run_sweep(const FuzzOptions& options) {
     fmt::print("{:<32} {:>7} {:>7} {:>8} {:>11.3g} {:>9.0f} {:>11}  {}\n", name, s.cases, s.passed, s.cases - s.passed,
                s.worst_ratio, s.seconds > 0 ? 60 * s.cases / s.seconds : 0.0, s.unsupported, by_check);
   }
-  return failures > 0 ? 1 : 0;
+  if (first_catch.empty()) return failures > 0 ? 1 : 0;
+
+  // The mutation score: caught / total, and when each was first caught.
+  std::size_t not_run = 0;
+  for (const auto& [name, when] : first_catch)
+    if (!caught.count(name) && stats[name].cases == 0) ++not_run;
+  fmt::print("\nmutation score: {}/{} caught{}\n", caught.size(), first_catch.size(),
+             not_run ? fmt::format(" ({} never ran: every case unsupported here, e.g. no GPU)", not_run) : "");
+  fmt::print("{:<32} {:>9} {:>16}  {}\n", "mutant", "cases", "first catch", "caught by");
+  for (const auto& [name, when] : first_catch) {
+    const SubjectStats& s = stats[name];
+    const std::string at = when ? fmt::format("{:.1f} s", *when)
+                           : caught.count(name) ? "before resume"
+                           : s.cases == 0      ? "never ran"
+                                               : "SURVIVED";
+    std::string by;
+    for (const auto& [check, count] : s.failures) by += fmt::format("{}{}", by.empty() ? "" : " ", check);
+    fmt::print("{:<32} {:>9} {:>16}  {}\n", name, s.cases, at, by);
+  }
+  log_file << fmt::format("mutation score: {}/{} caught\n", caught.size(), first_catch.size());
+  // With mutants, the sweep passes when every mutant was caught and no subject
+  // under test failed.
+  std::int64_t subject_failures = 0;
+  for (const auto& [name, s] : stats)
+    if (!first_catch.count(name)) subject_failures += s.cases - s.passed;
+  return subject_failures > 0 || caught.size() < first_catch.size() ? 1 : 0;
 }
 
 }  // namespace flashcheck::fuzz

@@ -17,7 +17,13 @@ namespace {
 
 /// The check that failed, for the summary's "failures by check".
 std::string failed_check(const CaseResult& r) {
-  if (!r.ran()) return std::string(to_string(r.status));
+  if (!r.ran()) {
+    // The GPU harness's memory guards: poisoned outputs left unwritten, guard
+    // bands written, inputs modified (GpuSubject::run's violations).
+    for (const char* guard : {"unwritten output", "out-of-bounds write", "input modification"})
+      if (r.status == Status::error && r.message.find(guard) != std::string::npos) return "memory_guard";
+    return std::string(to_string(r.status));
+  }
   if (r.verdict.pass) return {};
   if (!r.verdict.census_pass) return "nan_inf_census";
   for (const RuleCheck& check : r.verdict.checks)

@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
 #include "core/record.hpp"
+#include "core/subject.hpp"
 #include "core/values.hpp"
 #include "oracles/cpu_f64.hpp"
 #include "oracles/cpu_lowp.hpp"
@@ -50,7 +52,14 @@ LogitCondition logit_condition(const Problem& p, const AttentionRows& reference)
 }
 
 std::string replay_command(std::string_view subject, const Problem& problem) {
-  return fmt::format("flashcheck run --subject {} --problem '{}'", subject, to_line(problem));
+  // Mutants and fixtures live only in flashcheck-testing.
+  const auto in = [subject](const std::vector<Subject*>& list) {
+    return std::any_of(list.begin(), list.end(), [subject](const Subject* s) { return s->name() == subject; });
+  };
+  Registry& registry = Registry::instance();
+  const bool testing_only = in(registry.mutants()) || in(registry.fixtures());
+  return fmt::format("{} run --subject {} --problem '{}'", testing_only ? "flashcheck-testing" : "flashcheck", subject,
+                     to_line(problem));
 }
 
 std::string CaseResult::reproducer() const { return replay_command(subject, problem); }

@@ -1,5 +1,9 @@
 """The sweep's tests (ctest label `fuzz`): run `flashcheck-testing fuzz` and
-check its records. Usage: fuzz_test.py PATH/TO/flashcheck-testing"""
+check its records. Usage: fuzz_test.py PATH/TO/flashcheck-testing [--gpu]
+
+With --gpu it runs the GPU variants instead (a real illegal address, a
+misaligned load, a kernel that never ends, compute-sanitizer), and exits 77
+(ctest's SKIP) where there is no usable GPU."""
 import json
 import os
 import signal
@@ -10,13 +14,20 @@ import time
 import unittest
 
 BINARY = sys.argv.pop(1) if len(sys.argv) > 1 else "flashcheck-testing"
+GPU = "--gpu" in sys.argv
+if GPU:
+    sys.argv.remove("--gpu")
+HERE = os.path.dirname(os.path.abspath(__file__))
+CPU_MUTANTS = ["mutant-cpu-no-max-subtraction", "mutant-cpu-br-as-tl", "mutant-cpu-causal-off-by-one",
+               "mutant-cpu-scale-squared", "mutant-cpu-lse-log2", "mutant-cpu-window-off-by-one"]
 # Under AddressSanitizer a SIGSEGV is caught by ASan, which reports it and
 # exits with status 1: the worker still dies, with a different epitaph.
 SEGV_EPITAPH = "exited with status 1" if os.environ.get("FLASHCHECK_SANITIZED") == "1" else "signal 11"
 
 
-def sweep(out, *args, timeout=300):
-    return subprocess.run([BINARY, "fuzz", "--out", out, *args], capture_output=True, text=True, timeout=timeout)
+def sweep(out, *args, timeout=300, env=None):
+    return subprocess.run([BINARY, "fuzz", "--out", out, *args], capture_output=True, text=True, timeout=timeout,
+                          env=env)
 
 
 def records(out):
@@ -45,8 +56,8 @@ class Sweep(unittest.TestCase):
         self.assertEqual(len({r["case"] for r in got}), 30)
         self.assertTrue(all(r["verdict"] in ("pass", "unsupported") for r in got), got)
         self.assertEqual({r["subject"] for r in got}, {"cpu-lowp", "cpu-plain"})
-        self.assertIn("sweep summary: 30 case(s) run, 0 failure(s)", run.stdout)
-        self.assertIn("% oracles", run.stdout)
+        self.assertRegex(run.stdout, r"sweep summary: 30 case\(s\) run in [0-9.]+ min \([0-9]+ cases/min\), 0 failure")
+        self.assertRegex(run.stdout, r"oracles \(f64 \+ baseline\) [0-9.]+ s \([0-9]+%\)")
 
     def test_same_seed_same_cases(self):
         for name in ("a", "b"):
@@ -136,7 +147,7 @@ class Sweep(unittest.TestCase):
 
     def test_a_failure_is_shrunk_and_both_lines_are_kept(self):
         run = sweep(self.out("a"), "--subjects", "mutant-cpu-br-as-tl", "--cases", "30", "--seed", "1")
-        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)  # a mutants' sweep passes when they are caught
         failures = [r for r in records(self.out("a")) if r["verdict"] == "fail"]
         self.assertTrue(failures)
         shrunk = [r for r in failures if "shrunk_problem" in r]
@@ -186,6 +197,143 @@ class Sweep(unittest.TestCase):
                              timeout=120)
         self.assertIn(run.returncode, (0, 2), run.stdout + run.stderr)  # 2: outside cpu-lowp's domain is possible
 
+    def test_mutants_sweep_prints_the_score_and_ends_when_all_are_caught(self):
+        start = time.monotonic()
+        run = sweep(self.out("a"), "--subjects", ",".join(CPU_MUTANTS), "--minutes", "5", "--seed", "3")
+        self.assertLess(time.monotonic() - start, 240, "a caught mutant gets no more cases; all caught ends it")
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.assertIn(f"mutation score: {len(CPU_MUTANTS)}/{len(CPU_MUTANTS)} caught", run.stdout)
+        got = records(self.out("a"))
+        for mutant in CPU_MUTANTS:
+            mine = [r for r in got if r["subject"] == mutant]
+            self.assertEqual(sum(r["verdict"] == "fail" for r in mine), 1, f"{mutant}: caught once, then left alone")
+            self.assertEqual(mine[-1]["verdict"], "fail")
+            self.assertRegex(run.stdout, mutant + r"\s+\d+\s+\d+\.\d s")  # its time to the first catch
+            self.assertIn("flashcheck-testing run", mine[-1]["reproducer"])
+
+    def test_a_mutant_that_survives_fails_the_sweep(self):
+        # cpu-plain is the mutants' control: as a 'mutant' it never fails.
+        run = sweep(self.out("a"), "--subjects", "mutant-cpu-lse-log2,cpu-plain", "--cases", "20", "--seed", "4")
+        self.assertEqual(run.returncode, 0, run.stdout)  # the mutant was caught; the subject passed
+        self.assertIn("mutation score: 1/1 caught", run.stdout)
+
+    def test_the_time_budget_carries_over_a_resume(self):
+        common = ["--subjects", "cpu-lowp,cpu-plain", "--minutes", "0.05", "--seed", "8"]
+        first = sweep(self.out("a"), *common)
+        self.assertEqual(first.returncode, 0, first.stderr)
+        second = sweep(self.out("a"), *common)
+        self.assertIn("min already spent (resumed)", second.stderr)
+        self.assertIn("sweep summary: 0 case(s) run", second.stdout, "the spent budget is not spent again")
+        other = sweep(self.out("a"), "--subjects", "cpu-lowp,cpu-plain", "--minutes", "0.05", "--seed", "9")
+        self.assertNotIn("already spent", other.stderr, "another seed is another sweep, with its own budget")
+
+    def test_sanitize_mode_records_the_tools_findings(self):
+        env = dict(os.environ, FLASHCHECK_COMPUTE_SANITIZER=os.path.join(HERE, "fake_sanitizer.py"),
+                   FAKE_SANITIZER_FINDS="cpu-plain")
+        args = ["--sanitize", "memcheck", "--subjects", "cpu-lowp,cpu-plain", "--sanitize-cases", "2"]
+        run = sweep(self.out("a"), *args, env=env)
+        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+        got = records(self.out("a"))
+        self.assertEqual(len(got), 4)
+        for r in got:
+            self.assertEqual(r["sanitizer"]["tool"], "memcheck")
+            self.assertTrue(r["reproducer"].startswith("compute-sanitizer --tool memcheck flashcheck run"))
+            if r["subject"] == "cpu-plain":
+                self.assertEqual((r["verdict"], r["check"]), ("fail", "sanitizer:memcheck"))
+                self.assertEqual(r["sanitizer"]["report"][0], "Invalid __global__ write of size 4 bytes (memcheck, fake)")
+                self.assertEqual(r["message"], r["sanitizer"]["report"][0])
+            else:
+                self.assertEqual(r["verdict"], "pass", r)
+                self.assertEqual(r["sanitizer"]["exit_code"], 0)
+        self.assertIn("cpu-plain", run.stdout)
+        self.assertRegex(run.stdout, r"cpu-plain\s+2\s+2\s+0")
+        with open(os.path.join(self.out("a"), "corpus", "cpu-plain.problems"), encoding="utf-8") as f:
+            self.assertEqual(len([l for l in f.read().splitlines() if l and not l.startswith("#")]), 2)
+        again = sweep(self.out("a"), *args, env=env)  # resumed: nothing runs twice
+        self.assertEqual(len(records(self.out("a"))), 4, again.stdout)
+
+    def test_sanitize_mode_without_the_tool_is_one_line_and_exit_2(self):
+        env = dict(os.environ, FLASHCHECK_COMPUTE_SANITIZER="/nonexistent/compute-sanitizer")
+        run = sweep(self.out("a"), "--sanitize", "memcheck", "--subjects", "cpu-lowp", env=env)
+        self.assertEqual(run.returncode, 2)
+        self.assertEqual(len(run.stderr.strip().splitlines()), 1, run.stderr)
+        self.assertIn("compute-sanitizer", run.stderr)
+        bad = sweep(self.out("a"), "--sanitize", "leakcheck", "--subjects", "cpu-lowp")
+        self.assertEqual(bad.returncode, 2)
+
+
+def gpu_usable():
+    probe = subprocess.run([BINARY, "run", "--subject", "misbehave-gpu-race", "--problem",
+                            "b=1 hq=1 sq=4 skv=4 d=8 dtype=f32"], capture_output=True, text=True, timeout=120)
+    return "no usable CUDA device" not in probe.stdout + probe.stderr
+
+
+def sanitizer_found():
+    return any(os.access(os.path.join(d, "compute-sanitizer"), os.X_OK)
+               for d in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/local/cuda/bin"])
+
+
+class GpuSweep(unittest.TestCase):
+    """The isolation tests with real GPU misbehaviour (run with --gpu)."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_sticky_faults_are_recorded_and_the_worker_replaced(self):
+        out = os.path.join(self.dir, "a")
+        run = sweep(out, "--subjects", "misbehave-gpu-fault,misbehave-gpu-misaligned,fa2-rowthread", "--cases", "18",
+                    "--seed", "5", "--shrink-runs", "0")
+        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+        got = records(out)
+        self.assertEqual(len(got), 18)
+        by = {}
+        for r in got:
+            by.setdefault(r["subject"], []).append(r)
+        self.assertEqual(set(by), {"misbehave-gpu-fault", "misbehave-gpu-misaligned", "fa2-rowthread"})
+        for r in by["misbehave-gpu-fault"]:
+            self.assertEqual(r["verdict"], "fault", r)
+            self.assertIn("illegal", r["message"])
+        for r in by["misbehave-gpu-misaligned"]:
+            self.assertEqual(r["verdict"], "fault", r)
+            self.assertIn("misaligned", r["message"])
+        self.assertEqual({r["verdict"] for r in by["fa2-rowthread"]}, {"pass"}, "a fresh worker after every fault")
+
+    def test_a_kernel_that_never_ends_meets_the_watchdog(self):
+        out = os.path.join(self.dir, "a")
+        start = time.monotonic()
+        run = sweep(out, "--subjects", "misbehave-gpu-hang,fa2-rowthread", "--cases", "6", "--seed", "2",
+                    "--watchdog", "10", "--shrink-runs", "0")
+        self.assertLess(time.monotonic() - start, 200)
+        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+        got = records(out)
+        self.assertEqual(len(got), 6)
+        self.assertEqual({r["verdict"] for r in got if r["subject"] == "misbehave-gpu-hang"}, {"timeout"})
+        self.assertEqual({r["verdict"] for r in got if r["subject"] == "fa2-rowthread"}, {"pass"})
+
+    @unittest.skipUnless(sanitizer_found(), "compute-sanitizer is not on PATH")
+    def test_memcheck_and_racecheck_find_what_they_should_and_only_that(self):
+        for tool, bad, words in (("memcheck", "misbehave-gpu-fault", "Invalid __global__ write"),
+                                 ("racecheck", "misbehave-gpu-race", "hazard")):
+            out = os.path.join(self.dir, tool)
+            run = sweep(out, "--sanitize", tool, "--subjects", f"{bad},fa2-rowthread", "--sanitize-cases", "1",
+                        timeout=600)
+            self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+            got = {r["subject"]: r for r in records(out)}
+            self.assertEqual(got[bad]["check"], f"sanitizer:{tool}", got[bad])
+            self.assertIn(words, " ".join(got[bad]["sanitizer"]["report"]), got[bad])
+            self.assertEqual(got["fa2-rowthread"]["verdict"], "pass", got["fa2-rowthread"])
+            self.assertEqual(got["fa2-rowthread"]["sanitizer"]["exit_code"], 0)
+
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    if GPU:
+        if not gpu_usable():
+            print("SKIP: no usable GPU")
+            sys.exit(77)
+        unittest.main(verbosity=2, defaultTest="GpuSweep")
+    else:
+        unittest.main(verbosity=2, defaultTest="Sweep")

@@ -1,6 +1,7 @@
-// Two subjects that misbehave the way a broken kernel can, for the sweep's
-// isolation tests (linked only into flashcheck-testing, registered as mutants
-// so that `all` never includes them):
+// Three subjects that misbehave the way a broken kernel can, for the sweep's
+// isolation tests (linked only into flashcheck-testing, registered as
+// fixtures, so that neither `all` nor `mutants` includes them; the GPU
+// variants are in misbehaving_gpu_subjects.cu):
 //   misbehave-crash  kills its process with SIGSEGV (an access violation);
 //   misbehave-hang   never returns (a kernel stuck in a loop);
 //   misbehave-fault  reports a sticky device fault (what a GPU subject returns
@@ -56,9 +57,9 @@ class Misbehaving : public Subject {
   How how_;
 };
 
-MutantRegistration crash([] { return std::make_unique<Misbehaving>("misbehave-crash", Misbehaving::How::crash); });
-MutantRegistration hang([] { return std::make_unique<Misbehaving>("misbehave-hang", Misbehaving::How::hang); });
-MutantRegistration fault([] { return std::make_unique<Misbehaving>("misbehave-fault", Misbehaving::How::fault); });
+FixtureRegistration crash([] { return std::make_unique<Misbehaving>("misbehave-crash", Misbehaving::How::crash); });
+FixtureRegistration hang([] { return std::make_unique<Misbehaving>("misbehave-hang", Misbehaving::How::hang); });
+FixtureRegistration fault([] { return std::make_unique<Misbehaving>("misbehave-fault", Misbehaving::How::fault); });
 
 }  // namespace
 }  // namespace flashcheck

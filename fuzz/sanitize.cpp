@@ -1,0 +1,228 @@
+// The sweep's sanitizer mode (`flashcheck fuzz --sanitize TOOL`): a few small
+// cases per subject, each in a fresh worker under NVIDIA's compute-sanitizer.
+// A finding (the tool's --error-exitcode) becomes a failed record carrying the
+// tool's first report lines; the records, the corpus and resume are the
+// sweep's own.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+#include <vector>
+
+#include "fuzz/fuzz.hpp"
+#include "fuzz/sweep_parts.hpp"
+#include "oracles/judge.hpp"
+
+namespace flashcheck::fuzz::detail {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kFindingExit = 86;  // compute-sanitizer's --error-exitcode: a finding
+
+/// compute-sanitizer: $FLASHCHECK_COMPUTE_SANITIZER, else on PATH, else in
+/// $CUDA_HOME/bin or /usr/local/cuda/bin.
+std::string find_sanitizer() {
+  if (const char* given = std::getenv("FLASHCHECK_COMPUTE_SANITIZER"); given && *given) {
+    if (::access(given, X_OK) != 0)
+      throw std::invalid_argument(fmt::format("fuzz --sanitize: FLASHCHECK_COMPUTE_SANITIZER={} is not executable", given));
+    return given;
+  }
+  std::vector<fs::path> places;
+  if (const char* path = std::getenv("PATH"))
+    for (std::string_view rest = path; !rest.empty();) {
+      const std::size_t colon = rest.find(':');
+      places.emplace_back(rest.substr(0, colon));
+      rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+    }
+  if (const char* cuda = std::getenv("CUDA_HOME")) places.push_back(fs::path(cuda) / "bin");
+  places.emplace_back("/usr/local/cuda/bin");
+  for (const fs::path& place : places)
+    if (const fs::path candidate = place / "compute-sanitizer"; ::access(candidate.c_str(), X_OK) == 0)
+      return candidate.string();
+  throw std::invalid_argument(
+      "fuzz --sanitize: compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin; or set "
+      "FLASHCHECK_COMPUTE_SANITIZER)");
+}
+
+struct Finished {
+  bool timed_out = false;
+  int status = 0;      // waitpid's status
+  std::string output;  // the child's stdout
+};
+
+/// Runs argv with `input` on its stdin (then closed) and collects its stdout,
+/// killing it after `seconds`.
+Finished run_once(const std::vector<std::string>& argv, const std::string& input, double seconds) {
+  int down[2], up[2];
+  if (::pipe2(down, O_CLOEXEC) != 0 || ::pipe2(up, O_CLOEXEC) != 0)
+    throw std::runtime_error(fmt::format("fuzz: cannot create a pipe: {}", std::strerror(errno)));
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(fmt::format("fuzz: cannot fork: {}", std::strerror(errno)));
+  if (pid == 0) {
+    ::dup2(down[0], STDIN_FILENO);
+    ::dup2(up[1], STDOUT_FILENO);
+    std::vector<char*> args;
+    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(down[0]);
+  ::close(up[1]);
+  // The request is one short line: it fits the pipe's buffer.
+  [[maybe_unused]] const ssize_t wrote = ::write(down[1], input.data(), input.size());
+  ::close(down[1]);
+  Finished done;
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  while (true) {
+    pollfd fd{up[0], POLLIN, 0};
+    if (::poll(&fd, 1, 200) > 0) {
+      char chunk[65536];
+      const ssize_t got = ::read(up[0], chunk, sizeof chunk);
+      if (got <= 0) break;  // the child closed its stdout: it is exiting
+      done.output.append(chunk, static_cast<std::size_t>(got));
+    }
+    if (Clock::now() >= deadline) {
+      done.timed_out = true;
+      ::kill(pid, SIGKILL);
+      break;
+    }
+  }
+  ::close(up[0]);
+  ::waitpid(pid, &done.status, 0);
+  return done;
+}
+
+/// The tool's report without its banner and summary: the first `most` lines.
+std::vector<std::string> report_lines(const fs::path& log, std::size_t most) {
+  std::vector<std::string> lines;
+  std::ifstream in(log);
+  std::string line;
+  while (lines.size() < most && std::getline(in, line)) {
+    std::string_view text = line;
+    if (text.rfind("=========", 0) == 0) text.remove_prefix(9);
+    while (!text.empty() && text.front() == ' ') text.remove_prefix(1);
+    if (text.empty() || text.rfind("COMPUTE-SANITIZER", 0) == 0) continue;
+    lines.emplace_back(text);
+  }
+  return lines;
+}
+
+}  // namespace
+
+int run_sanitize(const FuzzOptions& options) {
+  static const std::vector<std::string> kTools = {"memcheck", "racecheck", "initcheck", "synccheck"};
+  if (std::find(kTools.begin(), kTools.end(), options.sanitize) == kTools.end())
+    throw std::invalid_argument(
+        fmt::format("fuzz --sanitize {}: expected memcheck, racecheck, initcheck or synccheck", options.sanitize));
+  if (options.sanitize_cases < 1) throw std::invalid_argument("fuzz --sanitize-cases: need at least 1");
+  const std::string sanitizer = find_sanitizer();
+
+  const fs::path out(options.out), records = out / "records.jsonl", corpus = out / "corpus",
+                 logs = out / "sanitize";
+  fs::create_directories(corpus);
+  fs::create_directories(logs);
+  const Recorded recorded = read_records(records);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  struct Tally {
+    int cases = 0, findings = 0, other_failures = 0, unsupported = 0;
+    std::string first;
+  };
+  std::map<std::string, Tally> tally;
+  int findings = 0, failures = 0;
+  const auto started = Clock::now();
+  for (Subject* subject : options.subjects) {
+    const std::string name(subject->name());
+    for (int i = 0; i < options.sanitize_cases; ++i) {
+      const std::string key = fmt::format("sanitize:{}:{}:{}:{}", options.sanitize, options.seed, name, i);
+      if (recorded.cases.count(key)) continue;
+      // Small cases (RapidCheck sizes 10 to 30): the tools slow kernels 10-100x.
+      const Problem problem = draw_problem(*subject, options.seed, i, 10 + i * 10 % 21).value();
+      const fs::path log = logs / fmt::format("{}.{}.{}.log", name, options.sanitize, i);
+      const std::vector<std::string> argv = {
+          sanitizer, "--tool", options.sanitize, "--error-exitcode", std::to_string(kFindingExit), "--print-limit", "20",
+          "--log-file", log.string(), options.worker_exe, "fuzz-worker"};
+      fmt::print(stderr, "fuzz --sanitize {}: {} case {} of {}: {}\n", options.sanitize, name, i + 1,
+                 options.sanitize_cases, to_line(problem));
+      const double watchdog = 10 * watchdog_for(problem, options.watchdog_seconds);
+      const Finished run = run_once(argv, request(key, *subject, problem) + "\n", watchdog);
+
+      nlohmann::json record = nlohmann::json::parse(run.output.substr(0, run.output.find('\n')), nullptr, false);
+      if (record.is_discarded() || !record.is_object()) record = {{"verdict", "crash"}, {"check", "crash"}};
+      const bool exited = !run.timed_out && WIFEXITED(run.status);
+      const int code = exited ? WEXITSTATUS(run.status) : -1;
+      const std::vector<std::string> report = report_lines(log, 8);
+      record["case"] = key;
+      record["subject"] = name;
+      record["problem"] = to_line(problem);
+      record["sanitizer"] = {{"tool", options.sanitize}, {"exit_code", code}, {"log", log.string()}, {"report", report}};
+      record["reproducer"] =
+          fmt::format("compute-sanitizer --tool {} {}", options.sanitize, replay_command(name, problem));
+      Tally& t = tally[name];
+      if (code == kFindingExit) {
+        record["verdict"] = "fail";
+        record["check"] = "sanitizer:" + options.sanitize;
+        record["message"] = report.empty() ? "compute-sanitizer reported an error" : report.front();
+      } else if (run.timed_out) {
+        record["verdict"] = "timeout";
+        record["check"] = "timeout";
+        record["message"] = fmt::format("no answer within the {:.0f} s watchdog under {}", watchdog, options.sanitize);
+      } else if (!exited || (code != 0 && record.value("verdict", "") == "crash")) {
+        record["verdict"] = "crash";
+        record["check"] = "crash";
+        record["message"] = exited ? fmt::format("compute-sanitizer exited with status {}{}", code,
+                                                 report.empty() ? "" : ": " + report.front())
+                                   : fmt::format("killed by signal {}", WTERMSIG(run.status));
+      }
+      record["sweep"] = {{"seed", options.seed}, {"sanitize", options.sanitize}};
+      append_durably(records, record.dump());
+
+      const std::string verdict = record.value("verdict", "error");
+      if (verdict == "unsupported") {
+        ++t.unsupported;
+        continue;
+      }
+      ++t.cases;
+      if (!failed(record)) continue;
+      if (code == kFindingExit) {
+        ++t.findings;
+        ++findings;
+        if (t.first.empty()) t.first = record["message"].get<std::string>();
+      } else {
+        ++t.other_failures;
+      }
+      ++failures;
+      append_durably(corpus / (name + ".problems"),
+                     fmt::format("# {}: {} ({})\n{}", key, record.value("check", "fail"),
+                                 record.value("message", ""), to_line(problem)));
+    }
+  }
+  fmt::print("\nsanitize summary: {} under compute-sanitizer ({}), {} finding(s), {} other failure(s) in {:.1f} min; "
+             "records in {}\n",
+             options.sanitize, sanitizer, findings, failures - findings,
+             std::chrono::duration<double>(Clock::now() - started).count() / 60, records.string());
+  fmt::print("{:<32} {:>6} {:>9} {:>7} {:>12}  first finding\n", "subject", "cases", "findings", "other", "unsupported");
+  for (const auto& [name, t] : tally)
+    fmt::print("{:<32} {:>6} {:>9} {:>7} {:>12}  {}\n", name, t.cases, t.findings, t.other_failures, t.unsupported,
+               t.first);
+  return failures > 0 ? 1 : 0;
+}
+
+}  // namespace flashcheck::fuzz::detail
