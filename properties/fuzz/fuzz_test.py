@@ -2,8 +2,9 @@
 check its records. Usage: fuzz_test.py PATH/TO/flashcheck-testing [--gpu]
 
 With --gpu it runs the GPU variants instead (a real illegal address, a
-misaligned load, a kernel that never ends, compute-sanitizer), and exits 77
-(ctest's SKIP) where there is no usable GPU."""
+misaligned load, a kernel that never ends); with --gpu-sanitize, memcheck and
+racecheck through the sanitizer mode. Both exit 77 (ctest's SKIP) where there
+is no usable GPU, and --gpu-sanitize also where compute-sanitizer is missing."""
 import json
 import os
 import signal
@@ -14,9 +15,9 @@ import time
 import unittest
 
 BINARY = sys.argv.pop(1) if len(sys.argv) > 1 else "flashcheck-testing"
-GPU = "--gpu" in sys.argv
-if GPU:
-    sys.argv.remove("--gpu")
+MODE = next((a for a in sys.argv[1:] if a in ("--gpu", "--gpu-sanitize")), "")
+if MODE:
+    sys.argv.remove(MODE)
 HERE = os.path.dirname(os.path.abspath(__file__))
 CPU_MUTANTS = ["mutant-cpu-no-max-subtraction", "mutant-cpu-br-as-tl", "mutant-cpu-causal-off-by-one",
                "mutant-cpu-scale-squared", "mutant-cpu-lse-log2", "mutant-cpu-window-off-by-one"]
@@ -314,7 +315,18 @@ class GpuSweep(unittest.TestCase):
         self.assertEqual({r["verdict"] for r in got if r["subject"] == "misbehave-gpu-hang"}, {"timeout"})
         self.assertEqual({r["verdict"] for r in got if r["subject"] == "fa2-rowthread"}, {"pass"})
 
-    @unittest.skipUnless(sanitizer_found(), "compute-sanitizer is not on PATH")
+
+
+class GpuSanitize(unittest.TestCase):
+    """The sanitizer mode with the real compute-sanitizer (run with --gpu-sanitize)."""
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
     def test_memcheck_and_racecheck_find_what_they_should_and_only_that(self):
         for tool, bad, words in (("memcheck", "misbehave-gpu-fault", "Invalid __global__ write"),
                                  ("racecheck", "misbehave-gpu-race", "hazard")):
@@ -330,10 +342,13 @@ class GpuSweep(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    if GPU:
+    if MODE:
         if not gpu_usable():
             print("SKIP: no usable GPU")
             sys.exit(77)
-        unittest.main(verbosity=2, defaultTest="GpuSweep")
+        if MODE == "--gpu-sanitize" and not sanitizer_found():
+            print("SKIP: compute-sanitizer is not on PATH or in /usr/local/cuda/bin")
+            sys.exit(77)
+        unittest.main(verbosity=2, defaultTest="GpuSweep" if MODE == "--gpu" else "GpuSanitize")
     else:
         unittest.main(verbosity=2, defaultTest="Sweep")
