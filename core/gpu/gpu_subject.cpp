@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -180,7 +181,7 @@ RunResult GpuSubject::run(const Problem& p, const Inputs& in) {
   return result;
 }
 
-double GpuSubject::time_ms(const Problem& p, const Inputs& in, int warmup, int repeats, int input_sets) {
+GpuSubject::Timing GpuSubject::time(const Problem& p, const Inputs& in, int warmup, int repeats, int input_sets) {
   if (auto reason = unsupported_reason(capabilities(), p)) throw std::invalid_argument(*reason);
   if (auto refusal = device_refusal(capabilities())) throw std::invalid_argument(*refusal);
   const CallSite site{std::string(name()), to_line(p)};
@@ -197,22 +198,47 @@ double GpuSubject::time_ms(const Problem& p, const Inputs& in, int warmup, int r
     return make_args(p, sets[s], outputs[s].get(), capabilities().lse ? static_cast<float*>(lses[s].get()) : nullptr,
                      stream.get());
   };
-  for (int n = 0; n < warmup; ++n) launch(p, args_for(n), site);
-  check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize (warm-up)", site);
-  std::vector<float> times;
   const Event start(site), stop(site);
-  for (int n = 0; n < repeats; ++n) {
-    const AttentionArgs args = args_for(n);
+  int launched = 0;
+  const auto timed_launch = [&] {
+    const AttentionArgs args = args_for(launched++);
     check(cudaEventRecord(start.get(), stream.get()), "cudaEventRecord", site);
     launch(p, args, site);
     check(cudaEventRecord(stop.get(), stream.get()), "cudaEventRecord", site);
     check(cudaEventSynchronize(stop.get()), "cudaEventSynchronize", site);
     float elapsed = 0;
     check(cudaEventElapsedTime(&elapsed, start.get(), stop.get()), "cudaEventElapsedTime", site);
-    times.push_back(elapsed);
+    return elapsed;
+  };
+  for (int n = 0; n < warmup; ++n) launch(p, args_for(launched++), site);
+  check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize (warm-up)", site);
+  // Then warm up until the time settles: the median of 5 launches within 2% of
+  // the previous 5 (a GPU just out of a heavy kernel, or idle, runs at other
+  // clocks for a while), for at most 1 s of launches.
+  if (warmup > 0) {
+    const auto median_of_5 = [&] {
+      float batch[5];
+      for (float& t : batch) t = timed_launch();
+      std::sort(batch, batch + 5);
+      return batch[2];
+    };
+    float spent = 0, previous = median_of_5();
+    for (spent = 5 * previous; spent < 1000;) {
+      const float current = median_of_5();
+      spent += 5 * current;
+      if (std::fabs(current - previous) <= 0.02f * previous) break;
+      previous = current;
+    }
   }
+  std::vector<float> times;
+  for (int n = 0; n < repeats; ++n) times.push_back(timed_launch());
+  Timing timing;
+  timing.samples_ms = times;
   std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  timing.median_ms = times[times.size() / 2];
+  timing.min_ms = times.front();
+  timing.max_ms = times.back();
+  return timing;
 }
 
 }  // namespace flashcheck::gpu

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "core/gpu/runtime.hpp"
 #include "core/subject.hpp"
@@ -46,10 +47,15 @@ class GpuSubject : public Subject {
  public:
   RunResult run(const Problem& problem, const Inputs& inputs) final;
 
-  /// Median time of the launch alone (CUDA events), after `warmup` launches,
-  /// over `repeats` launches cycling through `input_sets` copies of the inputs
-  /// (so that caches do not flatter). Throws CudaError or std::invalid_argument.
-  double time_ms(const Problem& problem, const Inputs& inputs, int warmup, int repeats, int input_sets);
+  /// Times of the launch alone (CUDA events around each), after `warmup`
+  /// launches, over `repeats` launches cycling through `input_sets` copies of
+  /// the inputs (so that caches do not flatter). Throws CudaError or
+  /// std::invalid_argument.
+  struct Timing {
+    double median_ms = 0, min_ms = 0, max_ms = 0;
+    std::vector<float> samples_ms;  // in launch order
+  };
+  Timing time(const Problem& problem, const Inputs& inputs, int warmup, int repeats, int input_sets);
 
  protected:
   /// Enqueues the kernel(s) on args.stream. Throws CudaError on a failed call

@@ -1,0 +1,166 @@
+// The bench: ceilings first, then every (problem, subject) pair timed the same
+// way (CUDA events around each launch, warm-up, a rotation over input copies
+// larger than L2, median with min and max), printed and recorded.
+#include "reports/bench.hpp"
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <optional>
+
+#include "core/record.hpp"
+#include "core/values.hpp"
+#ifdef FLASHCHECK_HAVE_CUDA
+#include "core/gpu/gpu_subject.hpp"
+#include "reports/ceilings.hpp"
+#endif
+
+namespace flashcheck::reports {
+
+#ifdef FLASHCHECK_HAVE_CUDA
+
+namespace {
+
+/// Copies of the inputs to rotate through: together at least twice the L2, so
+/// that no launch finds its inputs in cache; at least 2, at most 64, and
+/// within a quarter of the free device memory.
+int input_sets_for(const Problem& p, const Ceilings& c, int asked) {
+  if (asked > 0) return asked;
+  const double bytes = std::max(1.0, p.storage_bytes());
+  int sets = static_cast<int>(std::ceil(2 * c.l2_bytes / bytes));
+  sets = std::clamp(sets, 2, 64);
+  while (sets > 1 && sets * bytes > c.free_bytes / 4) --sets;
+  return sets;
+}
+
+struct Row {
+  std::string subject;
+  bool peer = false;
+  gpu::GpuSubject::Timing timing;
+  int input_sets = 0;
+};
+
+}  // namespace
+
+int run_bench(const BenchOptions& options) {
+  Ceilings ceilings;
+  try {
+    ceilings = measure_ceilings(options.repeats);
+  } catch (const std::exception& error) {
+    fmt::print(stderr, "bench: cannot time anything: {}\n", error.what());
+    return 2;
+  }
+  std::unique_ptr<RecordWriter> records;
+  if (!options.record_path.empty()) records = std::make_unique<RecordWriter>(options.record_path);
+  const auto now = [] {
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  };
+  fmt::print("ceilings on {}: bf16 GEMM {:.0f} TFLOP/s, f32 GEMM {:.1f} TFLOP/s, copy {:.0f} GB/s; L2 {:.0f} MiB\n"
+             "  ({})\n",
+             ceilings.device, ceilings.gemm_bf16_tflops, ceilings.gemm_f32_tflops, ceilings.copy_gbps,
+             ceilings.l2_bytes / (1 << 20), ceilings.method);
+  if (records) {
+    nlohmann::json record = to_json(ceilings);
+    record["schema"] = kRecordSchema;
+    record["kind"] = "ceiling";
+    record["time"] = now();
+    records->write(record);
+  }
+
+  // cuDNN, timed beside every subject where it is registered and not asked for.
+  gpu::GpuSubject* peer = nullptr;
+  if (options.with_peer)
+    if (Subject* cudnn = Registry::instance().find("cudnn");
+        cudnn && std::find(options.subjects.begin(), options.subjects.end(), cudnn) == options.subjects.end())
+      peer = dynamic_cast<gpu::GpuSubject*>(cudnn);
+
+  fmt::print("\n{:<22} {:>9} {:>8} {:>8} {:>8} {:>6} {:>7} {:>6} {:>7} {:>4}  {}\n", "subject", "median ms", "min",
+             "max", "TFLOP/s", "%GEMM", "GB/s", "%copy", "xcuDNN", "sets", "problem");
+  int timed = 0;
+  for (const Problem& p : options.problems) {
+    const Inputs inputs = generate_inputs(p);
+    const bool decode = p.seqlen_q <= kDecodeMaxQueries;
+    const double gemm = p.dtype == DType::f32 ? ceilings.gemm_f32_tflops : ceilings.gemm_bf16_tflops;
+    std::vector<Subject*> order;
+    if (peer && !unsupported_reason(peer->capabilities(), p)) order.push_back(peer);
+    order.insert(order.end(), options.subjects.begin(), options.subjects.end());
+    // cuDNN first, so that every subject after it is compared with it.
+    std::stable_partition(order.begin(), order.end(), [](const Subject* s) { return s->name() == "cudnn"; });
+    std::optional<double> cudnn_ms;
+    for (Subject* subject : order) {
+      const bool is_peer = subject == peer;
+      auto* gpu_subject = dynamic_cast<gpu::GpuSubject*>(subject);
+      std::string why;
+      if (!gpu_subject) why = "not timed: a CPU subject";
+      else if (auto reason = unsupported_reason(subject->capabilities(), p)) why = "outside its domain: " + *reason;
+      if (!why.empty()) {
+        if (!options.every_subject)
+          fmt::print("{:<22} {:>9}  {} ({})\n", subject->name(), "-", to_line(p), why);
+        continue;
+      }
+      Row row{std::string(subject->name()), is_peer, {}, input_sets_for(p, ceilings, options.input_sets)};
+      try {
+        row.timing = gpu_subject->time(p, inputs, options.warmup, options.repeats, row.input_sets);
+      } catch (const std::exception& error) {
+        fmt::print("{:<22} {:>9}  {} (failed: {})\n", subject->name(), "-", to_line(p), error.what());
+        continue;
+      }
+      const double ms = row.timing.median_ms;
+      const double tflops = attention_flops(p) / (ms * 1e-3) / 1e12;
+      const double gbps = p.storage_bytes() / (ms * 1e-3) / 1e9;  // every tensor moved once
+      if (subject->name() == "cudnn") cudnn_ms = ms;
+      const double vs_cudnn = cudnn_ms ? *cudnn_ms / ms : 0;  // 0: cuDNN not timed on this problem
+      fmt::print("{:<22} {:>9.3f} {:>8.3f} {:>8.3f} {:>8.1f} {:>5.0f}% {:>7.0f} {:>5.0f}% {:>7} {:>4}  {}\n",
+                 row.subject + (is_peer ? " (peer)" : ""), ms, row.timing.min_ms, row.timing.max_ms, tflops,
+                 100 * tflops / gemm, gbps, 100 * gbps / ceilings.copy_gbps,
+                 vs_cudnn > 0 ? fmt::format("{:.2f}", vs_cudnn) : "-", row.input_sets, to_line(p));
+      ++timed;
+      if (!records) continue;
+      nlohmann::json record = {{"schema", kRecordSchema},
+                               {"kind", "bench"},
+                               {"subject", row.subject},
+                               {"peer", is_peer},
+                               {"problem", to_line(p)},
+                               {"dtype", std::string(to_string(p.dtype))},
+                               {"bound", decode ? "memory" : "compute"},
+                               {"median_ms", ms},
+                               {"min_ms", row.timing.min_ms},
+                               {"max_ms", row.timing.max_ms},
+                               {"samples_ms", row.timing.samples_ms},
+                               {"flops", attention_flops(p)},
+                               {"tflops", tflops},
+                               {"fraction_of_gemm", tflops / gemm},
+                               {"bytes", p.storage_bytes()},
+                               {"gbps", gbps},
+                               {"fraction_of_copy", gbps / ceilings.copy_gbps},
+                               {"warmup", options.warmup},
+                               {"repeats", options.repeats},
+                               {"input_sets", row.input_sets},
+                               {"device", ceilings.device},
+                               {"time", now()}};
+      if (vs_cudnn > 0) record["speed_vs_cudnn"] = vs_cudnn;
+      records->write(record);
+    }
+  }
+  fmt::print("\n%GEMM: of the measured cuBLAS GEMM of the problem's class (bf16 for f16/bf16, f32 without TF32 for "
+             "f32); %copy: of the measured device copy (the ceiling of decode, sq <= {}); xcuDNN: cuDNN's time over "
+             "the subject's on the same problem (above 1: faster than cuDNN)\n",
+             kDecodeMaxQueries);
+  if (records) fmt::print("records appended to {}\n", records->path());
+  return timed > 0 ? 0 : 2;
+}
+
+#else
+
+int run_bench(const BenchOptions&) {
+  fmt::print(stderr, "bench: built without CUDA: nothing to time\n");
+  return 2;
+}
+
+#endif
+
+}  // namespace flashcheck::reports

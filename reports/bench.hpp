@@ -1,0 +1,32 @@
+// `flashcheck bench`: times subjects on problems in one process, after
+// measuring the machine's ceilings, and gives every figure also as a fraction
+// of them. cuDNN is timed alongside on every problem in its domain.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/problem.hpp"
+#include "core/subject.hpp"
+
+namespace flashcheck::reports {
+
+struct BenchOptions {
+  std::vector<Subject*> subjects;
+  bool every_subject = false;  // `all`: CPU subjects are left out silently
+  std::vector<Problem> problems;
+  std::string record_path;     // JSON Lines: a ceiling record, then one per timing
+  int warmup = 3;
+  int repeats = 20;
+  int input_sets = 0;          // 0: enough copies of the inputs to exceed twice the L2
+  bool with_peer = true;       // time cuDNN on every problem in its domain
+};
+
+/// Runs the bench; returns 0 when something was timed, 2 when nothing could be.
+int run_bench(const BenchOptions& options);
+
+/// Problems of at most this many queries are bandwidth-bound (decode): their
+/// headline fraction is of the copy ceiling, not the GEMM's.
+inline constexpr std::int64_t kDecodeMaxQueries = 16;
+
+}  // namespace flashcheck::reports
