@@ -23,6 +23,15 @@ double histogram_bin_floor(int bin) {
   return std::pow(10.0, bin - 18);
 }
 
+int ulp_histogram_bin(double ulps) {
+  if (ulps == 0) return 0;
+  if (!(ulps < 0x1p20)) return kUlpHistogramBins - 1;  // also Inf and NaN
+  if (ulps < 0x1p-8) return 1;
+  int exponent = 0;
+  std::frexp(ulps, &exponent);  // ulps = m * 2^exponent, m in [0.5, 1): ulps in [2^(exponent-1), 2^exponent)
+  return std::clamp(exponent - 1 + 10, 2, kUlpHistogramBins - 2);
+}
+
 namespace {
 
 enum class ValueClass { finite, nan, pos_inf, neg_inf };
@@ -67,6 +76,7 @@ class Accumulator {
     stats.max_ulp = std::max(stats.max_ulp, ulps);
     ulp_errors_.push_back(ulps);
     ++stats.histogram[histogram_bin(abs_error)];
+    ++stats.ulp_histogram[ulp_histogram_bin(ulps)];
     if (!stats.worst || abs_error > stats.worst->abs_error) stats.worst = Mismatch{at, got, want, abs_error};
     if (bound_ && abs_error > *bound_) {
       ++metrics_.over_bound;

@@ -22,6 +22,12 @@ int histogram_bin(double abs_error);
 /// Lower edge of a histogram bin (0 for bin 0).
 double histogram_bin_floor(int bin);
 
+/// Log-scale histogram of the ULP distance in the output dtype: bin 0 holds 0
+/// ulp, bin 1 (0, 2^-8), bin 2+i [2^(i-8), 2^(i-7)) for i = 0..27, and the
+/// last bin 2^20 ulp or more (a sign flip near 0 included).
+inline constexpr int kUlpHistogramBins = 31;
+int ulp_histogram_bin(double ulps);
+
 /// Where an element sits: (batch, head, query row, column); column -1 for LSE.
 struct Position {
   std::int64_t b = -1, h = -1, row = -1, column = -1;
@@ -47,6 +53,7 @@ struct ErrorStats {
   double ref_max_abs = 0;             // scale of the reference, for the noise floor
   double ref_rms = 0;
   std::array<std::int64_t, kHistogramBins> histogram{};
+  std::array<std::int64_t, kUlpHistogramBins> ulp_histogram{};
   std::optional<Mismatch> worst;
 };
 

@@ -38,7 +38,8 @@ nlohmann::json to_json(const ErrorStats& s) {
                       {"bias_t", number(s.bias_t)},
                       {"ref_max_abs", number(s.ref_max_abs)},
                       {"ref_rms", number(s.ref_rms)},
-                      {"histogram_log10", s.histogram}};
+                      {"histogram_log10", s.histogram},
+                      {"histogram_ulp_log2", s.ulp_histogram}};
   if (s.worst) j["worst"] = to_json(*s.worst);
   return j;
 }

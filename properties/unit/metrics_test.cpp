@@ -257,6 +257,35 @@ TEST(MetricsTest, HistogramBins) {
   EXPECT_EQ(histogram_bin_floor(kHistogramBins - 1), 1e4);
 }
 
+TEST(MetricsTest, UlpHistogramBins) {
+  EXPECT_EQ(ulp_histogram_bin(0.0), 0);
+  EXPECT_EQ(ulp_histogram_bin(0x1p-9), 1);
+  EXPECT_EQ(ulp_histogram_bin(0x1p-8), 2);                            // [2^-8, 2^-7): i = 0
+  EXPECT_EQ(ulp_histogram_bin(std::nextafter(0x1p-7, 0.0)), 2);
+  EXPECT_EQ(ulp_histogram_bin(0.5), 9);                               // [2^-1, 2^0): i = 7
+  EXPECT_EQ(ulp_histogram_bin(1.0), 10);                              // [1, 2): i = 8
+  EXPECT_EQ(ulp_histogram_bin(3.0), 11);
+  EXPECT_EQ(ulp_histogram_bin(std::nextafter(0x1p20, 0.0)), kUlpHistogramBins - 2);
+  EXPECT_EQ(ulp_histogram_bin(0x1p20), kUlpHistogramBins - 1);
+  EXPECT_EQ(ulp_histogram_bin(kInf), kUlpHistogramBins - 1);
+  EXPECT_EQ(ulp_histogram_bin(kNan), kUlpHistogramBins - 1);
+}
+
+TEST(MetricsTest, UlpHistogramCountsEveryFinitePair) {
+  // bf16 spacing at 0.75 is 2^-8: errors of 0, 1 and 4 ulp, every element.
+  RowsPair rows(make_problem(1, 1, 1, 3, 3, 2, DType::bf16));
+  rows.fill(0.75);
+  const std::size_t n = rows.got.o.size();
+  for (std::size_t i = 0; i < n; ++i) rows.set_error(i, i % 3 == 0 ? 0.0 : i % 3 == 1 ? 0x1p-8 : 0x1p-6);
+  const ErrorStats e = rows.compare(DType::bf16).o.errors;
+  EXPECT_EQ(e.ulp_histogram[0], (static_cast<std::int64_t>(n) + 2) / 3);
+  EXPECT_EQ(e.ulp_histogram[10], (static_cast<std::int64_t>(n) + 1) / 3);  // [1, 2) ulp
+  EXPECT_EQ(e.ulp_histogram[12], static_cast<std::int64_t>(n) / 3);        // [4, 8) ulp
+  std::int64_t total = 0;
+  for (auto count : e.ulp_histogram) total += count;
+  EXPECT_EQ(total, e.count);
+}
+
 TEST(MetricsTest, HistogramBinEdgesAgreeWithBinFloors) {
   // Every decade bin b holds [floor(b), floor(b + 1)): its lower edge and the
   // largest double below its upper edge.
