@@ -45,5 +45,6 @@ void add_bench_oracle(CLI::App& app, int& exit_code);
 void add_bench(CLI::App& app, int& exit_code);
 void add_fuzz(CLI::App& app, int& exit_code);
 void add_replay(CLI::App& app, int& exit_code);
+void add_report(CLI::App& app, int& exit_code);
 
 }  // namespace flashcheck::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   flashcheck::cli::add_bench(app, exit_code);
   flashcheck::cli::add_fuzz(app, exit_code);
   flashcheck::cli::add_replay(app, exit_code);
+  flashcheck::cli::add_report(app, exit_code);
   // CLI11 reports an unknown command only as "a subcommand is required": name it.
   const auto is_command = [&app](std::string_view name) {
     for (const CLI::App* command : app.get_subcommands({}))
@@ -24,7 +25,7 @@ int main(int argc, char** argv) {
     return false;
   };
   if (argc > 1 && argv[1][0] != '-' && !is_command(argv[1])) {
-    fmt::print(stderr, "flashcheck: unknown command '{}' (commands: list, run, bench, bench-oracle, fuzz, replay; see flashcheck --help)\n",
+    fmt::print(stderr, "flashcheck: unknown command '{}' (commands: list, run, bench, bench-oracle, fuzz, replay, report; see flashcheck --help)\n",
                argv[1]);
     return flashcheck::cli::kExitBadInput;
   }

@@ -1,0 +1,98 @@
+// `flashcheck report`: finds a Python with matplotlib and hands the records to
+// reports/report.py, whose exit code it returns.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/core.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+
+#include "cli/commands.hpp"
+
+namespace flashcheck::cli {
+
+namespace {
+
+/// Runs argv quietly; its exit status, or -1 when it could not run.
+int run_quiet(const std::vector<std::string>& argv) {
+  const pid_t pid = ::fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    std::freopen("/dev/null", "w", stdout);
+    std::freopen("/dev/null", "w", stderr);
+    std::vector<char*> args;
+    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/// $FLASHCHECK_PYTHON, else the first of python3 (PATH) and /usr/bin/python3
+/// (Debian's, where python3-matplotlib installs) that imports matplotlib.
+std::optional<std::string> find_python() {
+  std::vector<std::string> candidates;
+  if (const char* given = std::getenv("FLASHCHECK_PYTHON"); given && *given) candidates.emplace_back(given);
+  candidates.emplace_back("python3");
+  candidates.emplace_back("/usr/bin/python3");
+  for (const std::string& python : candidates)
+    if (run_quiet({python, "-c", "import matplotlib"}) == 0) return python;
+  return std::nullopt;
+}
+
+std::string report_script() {
+  if (const char* given = std::getenv("FLASHCHECK_REPORT_SCRIPT"); given && *given) return given;
+  return FLASHCHECK_REPORT_SCRIPT;  // reports/report.py in the source tree (cli/CMakeLists.txt)
+}
+
+}  // namespace
+
+void add_report(CLI::App& app, int& exit_code) {
+  auto paths = std::make_shared<std::vector<std::string>>();
+  auto baseline = std::make_shared<std::vector<std::string>>();
+  auto out = std::make_shared<std::string>();
+  auto title = std::make_shared<std::string>("flashcheck report");
+  CLI::App* command = app.add_subcommand(
+      "report", "Records (run --record, fuzz --out, bench --record) -> OUTDIR/report.html, summary.md, summary.json");
+  command->add_option("paths", *paths, "Records files, or folders searched for *.jsonl")->required();
+  command->add_option("-o,--out", *out, "Output folder")->required();
+  command->add_option("--baseline", *baseline, "An earlier run's records: regressions beyond noise are flagged")
+      ->expected(1, -1);
+  command->add_option("--title", *title, "The report's title")->capture_default_str();
+  command->callback([=, &exit_code] {
+    const std::string script = report_script();
+    if (!std::filesystem::is_regular_file(script))
+      throw std::invalid_argument(fmt::format("report: the report script {} is missing (set FLASHCHECK_REPORT_SCRIPT)", script));
+    const std::optional<std::string> python = find_python();
+    if (!python)
+      throw std::invalid_argument("report: no Python with matplotlib (Debian: apt install python3-matplotlib; or set "
+                                  "FLASHCHECK_PYTHON)");
+    std::vector<std::string> argv = {*python, script};
+    argv.insert(argv.end(), paths->begin(), paths->end());
+    argv.insert(argv.end(), {"-o", *out, "--title", *title});
+    if (!baseline->empty()) {
+      argv.emplace_back("--baseline");
+      argv.insert(argv.end(), baseline->begin(), baseline->end());
+    }
+    std::fflush(stdout);
+    const pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error("report: cannot fork");
+    if (pid == 0) {
+      std::vector<char*> args;
+      for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+      args.push_back(nullptr);
+      ::execvp(args[0], args.data());
+      ::_exit(127);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : kExitBadInput;
+  });
+}
+
+}  // namespace flashcheck::cli

@@ -1,0 +1,154 @@
+"""The report's tests (ctest label `report`): `flashcheck report` on the H200
+records in reports/testdata, on doctored copies with planted regressions, and
+on empty, torn and foreign input. Usage: report_test.py PATH/TO/flashcheck
+
+Exits 77 (ctest's SKIP) where no Python with matplotlib can be found: the
+report cannot be drawn there."""
+import copy
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+BINARY = sys.argv.pop(1) if len(sys.argv) > 1 else "flashcheck"
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata", "h200-2026-11-21")
+ACCURACY = os.path.join(DATA, "accuracy.jsonl")
+BENCH = os.path.join(DATA, "bench.jsonl")
+
+
+def report(*args):
+    return subprocess.run([BINARY, "report", *args], capture_output=True, text=True, timeout=300)
+
+
+def load(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def save(path, records):
+    with open(path, "w", encoding="utf-8") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+
+
+class Report(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def test_gpu_records_make_all_three_files(self):
+        run = report(ACCURACY, BENCH, "-o", self.path("out"))
+        self.assertEqual(run.returncode, 0, run.stderr)
+        for name in ("report.html", "summary.md", "summary.json"):
+            self.assertGreater(os.path.getsize(os.path.join(self.path("out"), name)), 0, name)
+        with open(os.path.join(self.path("out"), "summary.json"), encoding="utf-8") as f:
+            summary = json.load(f)
+        gpu_subjects = {r["subject"] for r in load(BENCH) if r.get("kind") == "bench"}
+        self.assertEqual({b["subject"] for b in summary["bench"]}, gpu_subjects)
+        self.assertIn("cudnn", gpu_subjects)
+        for b in summary["bench"]:
+            self.assertGreater(b["fraction_of_gemm"], 0)
+            self.assertGreater(b["fraction_of_copy"], 0)
+        self.assertGreater(summary["ceilings"]["gemm_bf16_tflops"], 100)
+        subjects = {s["subject"] for s in summary["subjects"]}
+        self.assertTrue({"mma-kv-pipelined", "cudnn", "cpu-lowp", "fa2-rowthread"} <= subjects, subjects)
+        with open(os.path.join(self.path("out"), "report.html"), encoding="utf-8") as f:
+            page = f.read()
+        self.assertEqual(page.count("<img"), page.count("data:image/png;base64,"), "every plot is inlined")
+        self.assertGreaterEqual(page.count("<img"), 4)
+        self.assertNotIn("src='http", page)
+
+    def test_a_planted_regression_is_flagged_and_nothing_else(self):
+        bench, accuracy = load(BENCH), load(ACCURACY)
+        self.assertEqual(report(ACCURACY, BENCH, "-o", self.path("same"), "--baseline", ACCURACY, BENCH).returncode, 0,
+                         "a run compared with itself has no regression")
+        slower = copy.deepcopy(bench)
+        victim = next(r for r in slower if r.get("subject") == "mma-kv-pipelined")
+        victim["median_ms"] *= 1.5
+        victim["samples_ms"] = [t * 1.5 for t in victim["samples_ms"]]
+        worse = copy.deepcopy(accuracy)
+        passed = [r for r in worse if r["verdict"] == "pass" and r["metrics"]["o"]["errors"]["rmse"] > 0]
+        passed[0]["metrics"]["o"]["errors"]["rmse"] *= 4
+        passed[1]["verdict"] = "fail"
+        passed[1]["check"] = "o.max_abs"
+        save(self.path("bench.jsonl"), slower)
+        save(self.path("accuracy.jsonl"), worse)
+        run = report(self.path("accuracy.jsonl"), self.path("bench.jsonl"), "-o", self.path("out"), "--baseline",
+                     ACCURACY, BENCH)
+        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+        with open(os.path.join(self.path("out"), "summary.json"), encoding="utf-8") as f:
+            flagged = {(r["kind"], r["subject"], r["problem"]) for r in json.load(f)["regressions"]}
+        self.assertEqual(flagged, {("speed", "mma-kv-pipelined", victim["problem"]),
+                                   ("error", passed[0]["subject"], passed[0]["problem"]),
+                                   ("verdict", passed[1]["subject"], passed[1]["problem"])})
+        with open(os.path.join(self.path("out"), "summary.md"), encoding="utf-8") as f:
+            self.assertIn("**3 regression(s)", f.read())
+        with open(os.path.join(self.path("out"), "report.html"), encoding="utf-8") as f:
+            page = f.read()
+        self.assertLess(page.index("3 regression(s)"), page.index("Accuracy per subject"), "flagged at the top")
+
+    def test_a_slowdown_within_the_noise_is_not_flagged(self):
+        bench = copy.deepcopy(load(BENCH))
+        for r in bench:
+            if r.get("kind") == "bench":
+                r["median_ms"] *= 1.03  # 3%: below the 5% floor
+        save(self.path("bench.jsonl"), bench)
+        run = report(self.path("bench.jsonl"), "-o", self.path("out"), "--baseline", BENCH)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+
+    def test_no_records_is_one_line_and_exit_2(self):
+        os.makedirs(self.path("empty"))
+        for args in ([self.path("empty")], [self.path("missing")]):
+            run = report(*args, "-o", self.path("out"))
+            self.assertEqual(run.returncode, 2, args)
+            self.assertEqual(len(run.stderr.strip().splitlines()), 1, run.stderr)
+        open(self.path("empty/records.jsonl"), "w").close()
+        run = report(self.path("empty"), "-o", self.path("out"))
+        self.assertEqual(run.returncode, 2)
+        self.assertIn("no records", run.stderr)
+
+    def test_a_torn_last_line_is_a_warning_not_a_traceback(self):
+        with open(ACCURACY, encoding="utf-8") as f:
+            text = f.read()
+        with open(self.path("records.jsonl"), "w", encoding="utf-8") as f:
+            f.write(text + text.splitlines()[0][:200])  # a killed run's half-written line
+        run = report(self.path("records.jsonl"), "-o", self.path("out"))
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertIn("last line is truncated", run.stderr)
+        self.assertNotIn("Traceback", run.stderr)
+        with open(os.path.join(self.path("out"), "summary.md"), encoding="utf-8") as f:
+            self.assertIn("last line is truncated", f.read())
+
+    def test_records_of_another_version_are_refused_in_one_line(self):
+        records = load(ACCURACY)[:3]
+        records[1]["schema"] = 2
+        save(self.path("records.jsonl"), records)
+        run = report(self.path("records.jsonl"), "-o", self.path("out"))
+        self.assertEqual(run.returncode, 2)
+        self.assertEqual(len(run.stderr.strip().splitlines()), 1, run.stderr)
+        self.assertIn("schema 2", run.stderr)
+
+
+def python_with_matplotlib():
+    for python in filter(None, [os.environ.get("FLASHCHECK_PYTHON"), "python3", "/usr/bin/python3"]):
+        try:
+            if subprocess.run([python, "-c", "import matplotlib"], capture_output=True).returncode == 0:
+                return True
+        except OSError:
+            pass
+    return False
+
+
+if __name__ == "__main__":
+    if not python_with_matplotlib():
+        print("SKIP: no Python with matplotlib (apt install python3-matplotlib)")
+        sys.exit(77)
+    unittest.main(verbosity=2)
