@@ -498,7 +498,7 @@ def markdown(summary, title):
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 24px; color: #222; max-width: 1500px; }
 table { border-collapse: collapse; margin: 8px 0 20px; font-size: 13px; }
-th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; white-space: nowrap; }
 th { background: #f3f3f3; } td.l, th.l { text-align: left; }
 code { font-size: 12px; } .bad { color: #b00020; font-weight: bold; } .ok { color: #1b5e20; }
 .banner { padding: 10px 14px; margin: 10px 0; border-radius: 4px; }
@@ -563,7 +563,7 @@ def html_report(summary, groups, images, title):
                      f"<td>{fmt_float(worst, '.2f')}</td><td>{fmt_float(a['p50_at_most'], '.0e')}</td>"
                      f"<td>{fmt_float(a['p99_at_most'], '.0e')}</td><td>{fmt_float(a['p999_at_most'], '.0e')}</td>"
                      f"<td>{fmt_float(a['max'])}</td><td>{fmt_float(a['rmse'])}</td><td>{fmt_float(a['relative_rmse_median'])}</td>"
-                     f"<td>{fmt_float(a['relative_rmse_max'])}</td><td>{fmt_float(a['max_ulp'], '.1f')}</td>"
+                     f"<td>{fmt_float(a['relative_rmse_max'])}</td><td>{fmt_float(a['max_ulp'], '.3g')}</td>"
                      f"<td>{s['unsupported']}</td></tr>")
     parts.append("</table><p>Percentiles come from the merged log-scale histograms: each is the upper edge of "
                  "its bin. RMSE pools every compared element; cases of very different magnitude (near-overflow "
