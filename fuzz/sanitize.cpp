@@ -22,6 +22,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "core/record.hpp"
 #include "fuzz/fuzz.hpp"
 #include "fuzz/sweep_parts.hpp"
 #include "oracles/judge.hpp"
@@ -69,12 +70,20 @@ struct Finished {
 /// Runs argv with `input` on its stdin (then closed) and collects its stdout,
 /// killing it after `seconds`.
 Finished run_once(const std::vector<std::string>& argv, const std::string& input, double seconds) {
-  int down[2], up[2];
-  if (::pipe2(down, O_CLOEXEC) != 0 || ::pipe2(up, O_CLOEXEC) != 0)
+  int down[2] = {-1, -1}, up[2] = {-1, -1};
+  if (::pipe2(down, O_CLOEXEC) != 0 || ::pipe2(up, O_CLOEXEC) != 0) {
+    for (int fd : {down[0], down[1], up[0], up[1]})
+      if (fd >= 0) ::close(fd);
     throw std::runtime_error(fmt::format("fuzz: cannot create a pipe: {}", std::strerror(errno)));
+  }
   const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error(fmt::format("fuzz: cannot fork: {}", std::strerror(errno)));
+  if (pid < 0) {
+    for (int fd : {down[0], down[1], up[0], up[1]}) ::close(fd);
+    throw std::runtime_error(fmt::format("fuzz: cannot fork: {}", std::strerror(errno)));
+  }
   if (pid == 0) {
+    // A process group of its own: a timeout kills the tool and the worker it started.
+    ::setpgid(0, 0);
     ::dup2(down[0], STDIN_FILENO);
     ::dup2(up[1], STDOUT_FILENO);
     std::vector<char*> args;
@@ -83,6 +92,7 @@ Finished run_once(const std::vector<std::string>& argv, const std::string& input
     ::execv(args[0], args.data());
     ::_exit(127);
   }
+  ::setpgid(pid, pid);  // also here, so that the group exists before any kill
   ::close(down[0]);
   ::close(up[1]);
   // The request is one short line: it fits the pipe's buffer.
@@ -100,12 +110,13 @@ Finished run_once(const std::vector<std::string>& argv, const std::string& input
     }
     if (Clock::now() >= deadline) {
       done.timed_out = true;
-      ::kill(pid, SIGKILL);
+      ::kill(-pid, SIGKILL);
       break;
     }
   }
   ::close(up[0]);
   ::waitpid(pid, &done.status, 0);
+  ::kill(-pid, SIGKILL);  // anything of the group still alive (a worker orphaned by the tool)
   return done;
 }
 
@@ -147,6 +158,12 @@ int run_sanitize(const FuzzOptions& options) {
   };
   std::map<std::string, Tally> tally;
   int findings = 0, failures = 0;
+  // Failures an earlier run of this tool and seed recorded still count: a
+  // resumed run must not turn a finding into a pass.
+  const std::string prefix = fmt::format("sanitize:{}:{}:", options.sanitize, options.seed);
+  int recorded_failures = 0;
+  for (const std::string& key : recorded.failed_cases)
+    if (key.rfind(prefix, 0) == 0) ++recorded_failures;
   const auto started = Clock::now();
   for (Subject* subject : options.subjects) {
     const std::string name(subject->name());
@@ -165,7 +182,8 @@ int run_sanitize(const FuzzOptions& options) {
       const Finished run = run_once(argv, request(key, *subject, problem) + "\n", watchdog);
 
       nlohmann::json record = nlohmann::json::parse(run.output.substr(0, run.output.find('\n')), nullptr, false);
-      if (record.is_discarded() || !record.is_object()) record = {{"verdict", "crash"}, {"check", "crash"}};
+      if (record.is_discarded() || !record.is_object())
+        record = {{"schema", kRecordSchema}, {"verdict", "crash"}, {"check", "crash"}};
       const bool exited = !run.timed_out && WIFEXITED(run.status);
       const int code = exited ? WEXITSTATUS(run.status) : -1;
       const std::vector<std::string> report = report_lines(log, 8);
@@ -184,9 +202,11 @@ int run_sanitize(const FuzzOptions& options) {
         record["verdict"] = "timeout";
         record["check"] = "timeout";
         record["message"] = fmt::format("no answer within the {:.0f} s watchdog under {}", watchdog, options.sanitize);
-      } else if (!exited || (code != 0 && record.value("verdict", "") == "crash")) {
-        record["verdict"] = "crash";
-        record["check"] = "crash";
+      } else if (!exited || code != 0) {
+        // The tool itself failed (or the worker crashed): the case was not checked.
+        const bool crashed = !exited || record.value("verdict", "") == "crash";
+        record["verdict"] = crashed ? "crash" : "error";
+        record["check"] = crashed ? "crash" : "sanitizer_error";
         record["message"] = exited ? fmt::format("compute-sanitizer exited with status {}{}", code,
                                                  report.empty() ? "" : ": " + report.front())
                                    : fmt::format("killed by signal {}", WTERMSIG(run.status));
@@ -215,14 +235,14 @@ int run_sanitize(const FuzzOptions& options) {
     }
   }
   fmt::print("\nsanitize summary: {} under compute-sanitizer ({}), {} finding(s), {} other failure(s) in {:.1f} min; "
-             "records in {}\n",
+             "{} failed case(s) recorded before (resumed); records in {}\n",
              options.sanitize, sanitizer, findings, failures - findings,
-             std::chrono::duration<double>(Clock::now() - started).count() / 60, records.string());
+             std::chrono::duration<double>(Clock::now() - started).count() / 60, recorded_failures, records.string());
   fmt::print("{:<32} {:>6} {:>9} {:>7} {:>12}  first finding\n", "subject", "cases", "findings", "other", "unsupported");
   for (const auto& [name, t] : tally)
     fmt::print("{:<32} {:>6} {:>9} {:>7} {:>12}  {}\n", name, t.cases, t.findings, t.other_failures, t.unsupported,
                t.first);
-  return failures > 0 ? 1 : 0;
+  return failures + recorded_failures > 0 ? 1 : 0;
 }
 
 }  // namespace flashcheck::fuzz::detail

@@ -72,6 +72,7 @@ Recorded read_records(const fs::path& path) {
     if (record.is_discarded()) break;
     if (record.contains("case")) done.cases.insert(record["case"].get<std::string>());
     if (failed(record) && record.contains("subject")) done.failed_subjects.insert(record["subject"].get<std::string>());
+    if (failed(record) && record.contains("case")) done.failed_cases.insert(record["case"].get<std::string>());
     good = end + 1;
     start = end + 1;
   }
@@ -273,7 +274,8 @@ nlohmann::json record_of(const Worker::Reply& reply, const std::string& key, con
   if (reply.outcome == Worker::Outcome::record) {
     record = nlohmann::json::parse(reply.line, nullptr, false);
     if (record.is_discarded())
-      record = {{"verdict", "error"}, {"check", "error"}, {"message", "the worker wrote a line that is not JSON"}};
+      record = {{"schema", kRecordSchema}, {"verdict", "error"}, {"check", "error"},
+                {"message", "the worker wrote a line that is not JSON"}};
   } else {
     const bool timed_out = reply.outcome == Worker::Outcome::timed_out;
     record = {{"schema", kRecordSchema}, {"verdict", timed_out ? "timeout" : "crash"},
@@ -554,12 +556,15 @@ int run_sweep(const FuzzOptions& options) {
 
   const double wall_ms = 1e3 * std::chrono::duration<double>(Clock::now() - started).count();
   save_budget(wall_ms / 1e3);
-  const auto share = [wall_ms](double ms) { return wall_ms > 0 ? 100 * ms / wall_ms : 0.0; };
+  // Shares of the workers' combined time (wall time x workers: with --gpus they run at once).
+  const double worker_ms = wall_ms * static_cast<double>(workers.size());
+  const auto share = [worker_ms](double ms) { return worker_ms > 0 ? 100 * ms / worker_ms : 0.0; };
   fmt::print("\nsweep summary: {} case(s) run in {:.1f} min ({:.0f} cases/min), {} failure(s); {} recorded before "
              "(resumed); records in {}\n",
              ran, wall_ms / 6e4, wall_ms > 0 ? ran / (wall_ms / 6e4) : 0.0, failures, resumed, records.string());
-  fmt::print("wall time: subjects {:.1f} s ({:.0f}%), oracles (f64 + baseline) {:.1f} s ({:.0f}%), inputs {:.1f} s "
+  fmt::print("{}: subjects {:.1f} s ({:.0f}%), oracles (f64 + baseline) {:.1f} s ({:.0f}%), inputs {:.1f} s "
              "({:.0f}%), the rest (processes, pipes, shrinking) {:.0f}%\n",
+             workers.size() > 1 ? fmt::format("time of {} workers", workers.size()) : std::string("wall time"),
              subject_ms / 1e3, share(subject_ms), oracle_ms / 1e3, share(oracle_ms), inputs_ms / 1e3, share(inputs_ms),
              std::max(0.0, 100 - share(subject_ms) - share(oracle_ms) - share(inputs_ms)));
   fmt::print("{:<32} {:>7} {:>7} {:>8} {:>11} {:>9} {:>11}  failures by check\n", "subject", "cases", "passes",

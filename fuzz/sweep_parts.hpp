@@ -15,12 +15,13 @@
 
 namespace flashcheck::fuzz::detail {
 
-/// What an earlier run left in records.jsonl: the case keys, and the subjects
-/// with a failure among them. A torn last line (a killed driver) is cut off so
+/// What an earlier run left in records.jsonl: the case keys, the failed ones,
+/// and the subjects with a failure among them. A torn last line (a killed driver) is cut off so
 /// that the file stays JSON Lines.
 struct Recorded {
   std::set<std::string> cases;
   std::set<std::string> failed_subjects;
+  std::set<std::string> failed_cases;
 };
 Recorded read_records(const std::filesystem::path& path);
 

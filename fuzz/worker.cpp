@@ -51,7 +51,7 @@ int run_worker() {
     const std::size_t tab1 = line.find('\t'), tab2 = line.find('\t', tab1 + 1);
     nlohmann::json record;
     if (tab1 == std::string::npos || tab2 == std::string::npos) {
-      record = {{"verdict", "error"}, {"message", "fuzz-worker: malformed case line"}};
+      record = {{"schema", kRecordSchema}, {"verdict", "error"}, {"message", "fuzz-worker: malformed case line"}};
     } else {
       const std::string key = line.substr(0, tab1), name = line.substr(tab1 + 1, tab2 - tab1 - 1);
       try {
@@ -65,7 +65,8 @@ int run_worker() {
         record["check"] = failed_check(result);
         record["worst_ratio"] = result.ran() ? result.verdict.worst_ratio : 0.0;
       } catch (const std::exception& error) {
-        record = {{"subject", name}, {"problem", line.substr(tab2 + 1)}, {"verdict", "error"}, {"check", "error"},
+        record = {{"schema", kRecordSchema}, {"subject", name},      {"problem", line.substr(tab2 + 1)},
+                  {"verdict", "error"},          {"check", "error"},
                   {"message", error.what()}};
       }
       record["case"] = key;

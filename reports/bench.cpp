@@ -80,7 +80,7 @@ int run_bench(const BenchOptions& options) {
 
   fmt::print("\n{:<22} {:>9} {:>8} {:>8} {:>8} {:>6} {:>7} {:>6} {:>7} {:>4}  {}\n", "subject", "median ms", "min",
              "max", "TFLOP/s", "%GEMM", "GB/s", "%copy", "xcuDNN", "sets", "problem");
-  int timed = 0;
+  int timed = 0, failed = 0;
   for (const Problem& p : options.problems) {
     const Inputs inputs = generate_inputs(p);
     const bool decode = p.seqlen_q <= kDecodeMaxQueries;
@@ -107,6 +107,7 @@ int run_bench(const BenchOptions& options) {
         row.timing = gpu_subject->time(p, inputs, options.warmup, options.repeats, row.input_sets);
       } catch (const std::exception& error) {
         fmt::print("{:<22} {:>9}  {} (failed: {})\n", subject->name(), "-", to_line(p), error.what());
+        ++failed;
         continue;
       }
       const double ms = row.timing.median_ms;
@@ -151,7 +152,8 @@ int run_bench(const BenchOptions& options) {
              "the subject's on the same problem (above 1: faster than cuDNN)\n",
              kDecodeMaxQueries);
   if (records) fmt::print("records appended to {}\n", records->path());
-  return timed > 0 ? 0 : 2;
+  if (failed) fmt::print(stderr, "bench: {} timing(s) failed (see above)\n", failed);
+  return timed == 0 ? 2 : failed > 0 ? 1 : 0;
 }
 
 #else

@@ -22,7 +22,8 @@ struct BenchOptions {
   bool with_peer = true;       // time cuDNN on every problem in its domain
 };
 
-/// Runs the bench; returns 0 when something was timed, 2 when nothing could be.
+/// Runs the bench; returns 0 when every pair was timed, 1 when some timing
+/// failed (a fault, an error), 2 when nothing could be timed.
 int run_bench(const BenchOptions& options);
 
 /// Problems of at most this many queries are bandwidth-bound (decode): their

@@ -61,6 +61,8 @@ def main():
         if attributes.get("broken-images") != "0":
             problems.append(f"{attributes.get('broken-images')} image(s) failed to load or have no size")
         screenshot = sys.argv[2] if len(sys.argv) > 2 else os.path.join(tmp, "report.png")
+        if os.path.exists(screenshot):
+            os.remove(screenshot)  # an earlier run's file must not pass for this one
         shot = subprocess.run([browser, *FLAGS, "--window-size=1500,4000", f"--screenshot={screenshot}", page],
                               capture_output=True, text=True, timeout=120, env=env)
         if shot.returncode != 0 or not os.path.exists(screenshot) or os.path.getsize(screenshot) < 10000:

@@ -66,8 +66,11 @@ def read_records(paths, warnings):
                        "--record, fuzz --out or bench --record)")
     records, schemas = [], collections.Counter()
     for path in files:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
+        except OSError as error:
+            raise BadInput(f"{path}: cannot read it ({error.strerror})")
         lines = text.split("\n")
         for number, line in enumerate(lines, 1):
             if not line.strip():
@@ -158,7 +161,7 @@ def quantile_edge(histogram, floors, q):
 def accuracy(records):
     """Per (subject, dtype): cases, verdicts, failures, merged histograms, pooled statistics."""
     groups = collections.OrderedDict()
-    for r in sorted((r for r in records if kind_of(r) == "case"), key=lambda r: (r.get("subject", ""), r.get("dtype", ""))):
+    for r in sorted((r for r in records if kind_of(r) == "case"), key=lambda r: (str(r.get("subject", "")), str(r.get("dtype", "")))):
         key = (r.get("subject", "?"), r.get("dtype") or problem_fields(r.get("problem")).get("dtype", "?"))
         g = groups.setdefault(key, dict(subject=key[0], dtype=key[1], cases=0, passes=0, unsupported=0,
                                          failures=collections.Counter(), failed=[], worst=[], hist=None,
@@ -219,8 +222,18 @@ def iqr_fraction(samples, median):
     return (q[2] - q[0]) / median
 
 
-def bench_rows(records):
+BENCH_FIELDS = ("subject", "problem", "median_ms", "tflops", "fraction_of_gemm", "gbps", "fraction_of_copy")
+
+
+def bench_rows(records, warnings=None):
+    """The bench records with every field the report reads (older benches
+    wrote fewer: they are skipped, with a warning)."""
     rows = [r for r in records if kind_of(r) == "bench"]
+    complete = [r for r in rows if all(r.get(k) is not None for k in BENCH_FIELDS) and num(r.get("median_ms")) > 0]
+    if warnings is not None and len(complete) < len(rows):
+        warnings.append(f"{len(rows) - len(complete)} bench record(s) lack the fields of this report's bench "
+                        "(an older flashcheck bench?) and were skipped")
+    rows = complete
     latest = {}
     for r in rows:  # the newest timing of each (subject, problem)
         key = (r.get("subject"), r.get("problem"))
@@ -240,8 +253,13 @@ def ceilings_of(records):
 def compare(records, baseline):
     regressions, notes = [], []
     old_bench = {(r["subject"], r["problem"]): r for r in bench_rows(baseline)}
+    new_bench = {(r["subject"], r["problem"]): r for r in bench_rows(records)}
     matched = 0
-    for r in bench_rows(records):
+    if new_bench:  # a run with a bench: every pair the baseline timed must be timed again
+        for key in sorted(set(old_bench) - set(new_bench)):
+            regressions.append(dict(kind="missing", subject=key[0], problem=key[1],
+                                    text="timed in the baseline, not in this run (a failed timing, or no GPU?)"))
+    for r in new_bench.values():
         old = old_bench.get((r["subject"], r["problem"]))
         if not old:
             continue
@@ -255,7 +273,7 @@ def compare(records, baseline):
                                          f"beyond the {100 * threshold:.0f}% noise threshold)"))
     old_cases = {}
     for r in baseline:
-        if kind_of(r) == "case" and r.get("verdict") != "unsupported":
+        if kind_of(r) == "case" and r.get("verdict") != "unsupported" and r.get("subject") and r.get("problem"):
             old_cases[(r.get("subject"), r.get("problem"))] = r
     for r in records:
         if kind_of(r) != "case" or r.get("verdict") == "unsupported":
@@ -265,7 +283,7 @@ def compare(records, baseline):
             continue
         matched += 1
         if old.get("verdict") == "pass" and r.get("verdict") != "pass":
-            regressions.append(dict(kind="verdict", subject=r["subject"], problem=r["problem"],
+            regressions.append(dict(kind="verdict", subject=r.get("subject"), problem=r.get("problem"),
                                     text=f"passed before, now {r.get('verdict')} ({r.get('check') or r.get('rule', '')})"))
             continue
         new_e, old_e = errors_of(r), errors_of(old)
@@ -273,8 +291,8 @@ def compare(records, baseline):
             continue
         for metric in ("rmse", "max_abs"):
             a, b = num(old_e.get(metric)), num(new_e.get(metric))
-            if b > ERROR_GROWTH * a and b - a > ERROR_ABS_FLOOR:
-                regressions.append(dict(kind="error", subject=r["subject"], problem=r["problem"],
+            if (math.isnan(b) and not math.isnan(a)) or (b > ERROR_GROWTH * a and b - a > ERROR_ABS_FLOOR):
+                regressions.append(dict(kind="error", subject=r.get("subject"), problem=r.get("problem"),
                                         text=f"O {metric} {a:.3g} -> {b:.3g} (x{b / a if a else math.inf:.1f}) on the "
                                              "same problem"))
                 break
@@ -638,7 +656,7 @@ def main():
     except BadInput as error:
         fail(str(error))
     groups = accuracy(records)
-    rows = bench_rows(records)
+    rows = bench_rows(records, warnings)
     if not groups and not rows:
         fail(f"no case or bench records among the {len(records)} record(s) under {', '.join(args.paths)}")
     for g in groups.values():
@@ -649,6 +667,8 @@ def main():
     images = dict(abs=histogram_grid(groups, "abs"), ulp=histogram_grid(groups, "ulp"), drift=drift_plots(groups),
                   bench=bench_plot(rows))
     summary = summarise(groups, rows, ceilings_of(records), regressions, notes, warnings, args.paths, args.baseline)
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        fail(f"-o {args.out}: exists and is not a folder")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "report.html"), "w", encoding="utf-8") as f:
         f.write(html_report(summary, groups, images, args.title))
@@ -664,4 +684,9 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except SystemExit:
+        raise
+    except Exception as error:  # a bug: one line and exit 2, never 1 (which means "regressions")
+        fail(f"internal error: {type(error).__name__}: {error} (please report it with the input records)")

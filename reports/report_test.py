@@ -104,6 +104,30 @@ class Report(unittest.TestCase):
         run = report(self.path("bench.jsonl"), "-o", self.path("out"), "--baseline", BENCH)
         self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
 
+    def test_a_pair_missing_from_the_bench_is_flagged(self):
+        bench = load(BENCH)
+        gone = next(r for r in bench if r.get("subject") == "decode")
+        save(self.path("bench.jsonl"), [r for r in bench if r is not gone])
+        run = report(self.path("bench.jsonl"), "-o", self.path("out"), "--baseline", BENCH)
+        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+        with open(os.path.join(self.path("out"), "summary.json"), encoding="utf-8") as f:
+            flagged = [(r["kind"], r["subject"]) for r in json.load(f)["regressions"]]
+        self.assertEqual(flagged, [("missing", "decode")])
+
+    def test_odd_records_are_warnings_or_one_line_never_a_traceback(self):
+        bench = load(BENCH)
+        old_style = {k: v for k, v in bench[1].items() if k not in ("fraction_of_gemm", "fraction_of_copy")}
+        zero = dict(bench[2], median_ms=0)
+        save(self.path("bench.jsonl"), [bench[0], old_style, zero] + bench[3:])
+        run = report(self.path("bench.jsonl"), "-o", self.path("out"), "--baseline", self.path("bench.jsonl"))
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertIn("2 bench record(s) lack the fields", run.stderr)
+        self.assertNotIn("Traceback", run.stderr)
+        open(self.path("a-file"), "w").close()
+        run = report(ACCURACY, "-o", self.path("a-file"))
+        self.assertEqual(run.returncode, 2)
+        self.assertEqual(len(run.stderr.strip().splitlines()), 1, run.stderr)
+
     def test_no_records_is_one_line_and_exit_2(self):
         os.makedirs(self.path("empty"))
         for args in ([self.path("empty")], [self.path("missing")]):

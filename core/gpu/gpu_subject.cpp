@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -212,9 +213,10 @@ GpuSubject::Timing GpuSubject::time(const Problem& p, const Inputs& in, int warm
   };
   for (int n = 0; n < warmup; ++n) launch(p, args_for(launched++), site);
   check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize (warm-up)", site);
-  // Then warm up until the time settles: the median of 5 launches within 2% of
-  // the previous 5 (a GPU just out of a heavy kernel, or idle, runs at other
-  // clocks for a while), for at most 1 s of launches.
+  // Then warm up until the time settles: the median of 5 launches within 2%
+  // (or 2 us, the events' resolution scale) of the previous 5. A GPU just out
+  // of a heavy kernel, or idle, runs at other clocks for a while. At most 1 s
+  // of wall time.
   if (warmup > 0) {
     const auto median_of_5 = [&] {
       float batch[5];
@@ -222,11 +224,10 @@ GpuSubject::Timing GpuSubject::time(const Problem& p, const Inputs& in, int warm
       std::sort(batch, batch + 5);
       return batch[2];
     };
-    float spent = 0, previous = median_of_5();
-    for (spent = 5 * previous; spent < 1000;) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    for (float previous = median_of_5(); std::chrono::steady_clock::now() < until;) {
       const float current = median_of_5();
-      spent += 5 * current;
-      if (std::fabs(current - previous) <= 0.02f * previous) break;
+      if (std::fabs(current - previous) <= std::max(0.02f * previous, 0.002f)) break;
       previous = current;
     }
   }

@@ -212,8 +212,7 @@ class Sweep(unittest.TestCase):
             self.assertRegex(run.stdout, mutant + r"\s+\d+\s+\d+\.\d s")  # its time to the first catch
             self.assertIn("flashcheck-testing run", mine[-1]["reproducer"])
 
-    def test_a_mutant_that_survives_fails_the_sweep(self):
-        # cpu-plain is the mutants' control: as a 'mutant' it never fails.
+    def test_mutants_mixed_with_subjects_are_scored_and_the_subjects_judged(self):
         run = sweep(self.out("a"), "--subjects", "mutant-cpu-lse-log2,cpu-plain", "--cases", "20", "--seed", "4")
         self.assertEqual(run.returncode, 0, run.stdout)  # the mutant was caught; the subject passed
         self.assertIn("mutation score: 1/1 caught", run.stdout)
@@ -250,8 +249,23 @@ class Sweep(unittest.TestCase):
         self.assertRegex(run.stdout, r"cpu-plain\s+2\s+2\s+0")
         with open(os.path.join(self.out("a"), "corpus", "cpu-plain.problems"), encoding="utf-8") as f:
             self.assertEqual(len([l for l in f.read().splitlines() if l and not l.startswith("#")]), 2)
-        again = sweep(self.out("a"), *args, env=env)  # resumed: nothing runs twice
+        again = sweep(self.out("a"), *args, env=env)  # resumed: nothing runs twice, and the findings still count
         self.assertEqual(len(records(self.out("a"))), 4, again.stdout)
+        self.assertEqual(again.returncode, 1, again.stdout)
+        self.assertIn("2 failed case(s) recorded before", again.stdout)
+
+    def test_sanitize_mode_watchdog_kills_the_tool_and_its_worker(self):
+        # A hanging case under the tool: the timeout must take the worker the
+        # tool started too (else an orphan holds the GPU and our pipes, and
+        # this run would never return).
+        env = dict(os.environ, FLASHCHECK_COMPUTE_SANITIZER=os.path.join(HERE, "fake_sanitizer.py"))
+        start = time.monotonic()
+        run = sweep(self.out("a"), "--sanitize", "memcheck", "--subjects", "misbehave-hang", "--sanitize-cases", "1",
+                    "--watchdog", "0.3", env=env, timeout=120)
+        self.assertLess(time.monotonic() - start, 60)
+        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+        (record,) = records(self.out("a"))
+        self.assertEqual((record["verdict"], record["schema"]), ("timeout", 1))
 
     def test_sanitize_mode_without_the_tool_is_one_line_and_exit_2(self):
         env = dict(os.environ, FLASHCHECK_COMPUTE_SANITIZER="/nonexistent/compute-sanitizer")
