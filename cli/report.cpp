@@ -15,13 +15,17 @@ namespace flashcheck::cli {
 
 namespace {
 
-/// Runs argv quietly; its exit status, or -1 when it could not run.
-int run_quiet(const std::vector<std::string>& argv) {
+/// Runs argv (PATH searched) and waits; its exit status, or -1 when it could
+/// not run or died of a signal. `quiet` sends its output to /dev/null.
+int run_and_wait(const std::vector<std::string>& argv, bool quiet) {
+  std::fflush(stdout);
   const pid_t pid = ::fork();
   if (pid < 0) return -1;
   if (pid == 0) {
-    std::freopen("/dev/null", "w", stdout);
-    std::freopen("/dev/null", "w", stderr);
+    if (quiet) {
+      std::freopen("/dev/null", "w", stdout);
+      std::freopen("/dev/null", "w", stderr);
+    }
     std::vector<char*> args;
     for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
     args.push_back(nullptr);
@@ -41,7 +45,7 @@ std::optional<std::string> find_python() {
   candidates.emplace_back("python3");
   candidates.emplace_back("/usr/bin/python3");
   for (const std::string& python : candidates)
-    if (run_quiet({python, "-c", "import matplotlib"}) == 0) return python;
+    if (run_and_wait({python, "-c", "import matplotlib"}, true) == 0) return python;
   return std::nullopt;
 }
 
@@ -79,19 +83,8 @@ void add_report(CLI::App& app, int& exit_code) {
       argv.emplace_back("--baseline");
       argv.insert(argv.end(), baseline->begin(), baseline->end());
     }
-    std::fflush(stdout);
-    const pid_t pid = ::fork();
-    if (pid < 0) throw std::runtime_error("report: cannot fork");
-    if (pid == 0) {
-      std::vector<char*> args;
-      for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-      args.push_back(nullptr);
-      ::execvp(args[0], args.data());
-      ::_exit(127);
-    }
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : kExitBadInput;
+    const int status = run_and_wait(argv, false);
+    exit_code = status >= 0 ? status : kExitBadInput;
   });
 }
 

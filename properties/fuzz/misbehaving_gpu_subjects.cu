@@ -10,6 +10,7 @@
 //                             between the writes and a read (racecheck's
 //                             hazard); its output is zeros, so it also fails.
 #include "core/gpu/gpu_subject.hpp"
+#include "properties/fuzz/misbehaving.hpp"
 
 namespace flashcheck {
 namespace {
@@ -38,16 +39,7 @@ __global__ void race_on_shared(float* out, std::int64_t count) {
     out[i] = seen * 0.0f;
 }
 
-constexpr Capabilities kSmallGpuDomain = {
-    .dtypes = {DType::f32},
-    .min_head_dim = 1,
-    .max_head_dim = 32,
-    .max_head_dim_v = 32,
-    .masks = {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window},
-    .gqa = true,
-    .varlen = true,
-    .needs_gpu = true,
-};
+using fixtures::kSmallGpuDomain;
 
 class MisbehavingGpu final : public gpu::GpuSubject {
  public:

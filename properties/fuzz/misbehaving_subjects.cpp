@@ -10,20 +10,12 @@
 #include <unistd.h>
 
 #include "core/subject.hpp"
+#include "properties/fuzz/misbehaving.hpp"
 
 namespace flashcheck {
 namespace {
 
-inline constexpr Capabilities kSmallDomain = {
-    .dtypes = {DType::f32},
-    .min_head_dim = 1,
-    .max_head_dim = 32,
-    .max_head_dim_v = 32,
-    .masks = {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window},
-    .gqa = true,
-    .varlen = true,
-    .lse = true,
-};
+using fixtures::kSmallDomain;
 
 class Misbehaving : public Subject {
  public:
