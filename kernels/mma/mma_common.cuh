@@ -309,13 +309,20 @@ struct RowState {
   float sum[2] = {0.0f, 0.0f};
 };
 
-/// Folds a tile's logits into the state: rescales O by exp(old max - new max),
-/// turns S into weights exp(scale * (s - max)) and packs them as the A
-/// fragments of the second product (P for 16 keys per fragment).
-/// scale_log2 = softmax scale * log2(e), so the exponentials are exp2.
-template <typename T, int kTilesN, int kTilesD>
-__device__ __forceinline__ void online_softmax(float (&s)[kTilesN][4], RowState& state, float (&o)[kTilesD][4],
-                                               std::uint32_t (&p)[kTilesN / 2][4], float scale_log2) {
+/// What O's rows must be multiplied by after a tile: exp(old max - new max).
+struct Correction {
+  float factor[2];
+};
+
+/// The first half of the online softmax, which touches only S and the row
+/// state: folds the tile's maxima into the state and turns S into weights
+/// exp(scale * (s - max)), summed into the state. scale_log2 = softmax scale *
+/// log2(e), so the exponentials are exp2. Returns O's correction, which
+/// rescale() applies (the Hopper kernel runs this half while O's product of
+/// the previous tile is still in flight, and rescales after it completes).
+template <int kTilesN>
+__device__ __forceinline__ Correction exponentiate(float (&s)[kTilesN][4], RowState& state, float scale_log2) {
+  Correction correction;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float tile_max = -INFINITY;
@@ -327,14 +334,9 @@ __device__ __forceinline__ void online_softmax(float (&s)[kTilesN][4], RowState&
     // While every key so far is masked, subtract 0: masked weights are then
     // exp2(-inf) = 0, not exp2(-inf + inf) = NaN.
     const float shift = grown == -INFINITY ? 0.0f : grown * scale_log2;
-    const float correction = fast_exp2(state.max[r] * scale_log2 - shift);
+    correction.factor[r] = fast_exp2(state.max[r] * scale_log2 - shift);
     state.max[r] = grown;
-    state.sum[r] *= correction;
-#pragma unroll
-    for (int dt = 0; dt < kTilesD; ++dt) {
-      o[dt][2 * r] *= correction;
-      o[dt][2 * r + 1] *= correction;
-    }
+    state.sum[r] *= correction.factor[r];
 #pragma unroll
     for (int nt = 0; nt < kTilesN; ++nt)
 #pragma unroll
@@ -343,6 +345,25 @@ __device__ __forceinline__ void online_softmax(float (&s)[kTilesN][4], RowState&
         state.sum[r] += s[nt][e];
       }
   }
+  return correction;
+}
+
+/// The second half: O's rows times their correction.
+template <int kTilesD>
+__device__ __forceinline__ void rescale(float (&o)[kTilesD][4], const Correction& correction) {
+#pragma unroll
+  for (int dt = 0; dt < kTilesD; ++dt) {
+    o[dt][0] *= correction.factor[0];
+    o[dt][1] *= correction.factor[0];
+    o[dt][2] *= correction.factor[1];
+    o[dt][3] *= correction.factor[1];
+  }
+}
+
+/// The weights packed as the A fragments of the second product (P for 16
+/// keys per fragment).
+template <typename T, int kTilesN>
+__device__ __forceinline__ void to_fragments(const float (&s)[kTilesN][4], std::uint32_t (&p)[kTilesN / 2][4]) {
 #pragma unroll
   for (int kk = 0; kk < kTilesN / 2; ++kk) {
     p[kk][0] = pack<T>(s[2 * kk][0], s[2 * kk][1]);
@@ -350,6 +371,15 @@ __device__ __forceinline__ void online_softmax(float (&s)[kTilesN][4], RowState&
     p[kk][2] = pack<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
     p[kk][3] = pack<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
   }
+}
+
+/// Folds a tile's logits into the state, rescales O and packs the weights:
+/// the three steps above in a row.
+template <typename T, int kTilesN, int kTilesD>
+__device__ __forceinline__ void online_softmax(float (&s)[kTilesN][4], RowState& state, float (&o)[kTilesD][4],
+                                               std::uint32_t (&p)[kTilesN / 2][4], float scale_log2) {
+  rescale(o, exponentiate(s, state, scale_log2));
+  to_fragments<T>(s, p);
 }
 
 /// Writes this thread's part of O = acc / sum for its two rows of the m16

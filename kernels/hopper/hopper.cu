@@ -1,0 +1,36 @@
+// hopper: the Hopper flagship (TMA + wgmma + warp specialization), sm_90a.
+// The roles live in their own files (kernel.cuh composes them): mainloop.cuh,
+// softmax.cuh, mask.cuh, epilogue.cuh, scheduler.cuh; the instructions are in
+// hopper_ptx.cuh and wgmma_ops.cuh (generated), their layouts in NOTES.md.
+//
+// Version 2 (this file's kernel): what changed from version 1, and its speed.
+//  - Intra-warpgroup overlap: tile j's S = Q K^T and tile j-1's O += P V are
+//    issued together, and the softmax of S_j runs while the PV product does.
+//  - A persistent grid (one block per SM) with a static tile scheduler:
+//    head groups sized to half the L2, the last query blocks first.
+//  - O staged in shared memory and stored by TMA (rows past a sequence's end
+//    stored from registers); the next tile's first K load is issued before
+//    its Q, so the Q load waits only for the consumers' release.
+//  - setmaxnreg 24/240 (was 40/232); the waits moved before the wgmma fence
+//    (ptxas serialized every wgmma otherwise: C7520).
+//  Speed: measured in docs/perf.md (pending this version's GPU run).
+//
+// Version 1: TMA into a 2-stage ring on mbarriers, SS wgmma for S, RS wgmma
+// for O, producer + 2 consumers; no overlap, one block per tile.
+//  H200, 2026-11-21, `flashcheck bench` (cuDNN 9.14 in the same run), bf16
+//  B=4 H=16 N=4096: d=128 591 TFLOP/s (0.87x cuDNN), causal 499 (0.87x),
+//  d=64 402 (0.76x), d=256 647 (0.92x).
+// ptxas (sm_90a, -O3): 168 registers at the 384-thread launch bound before
+// setmaxnreg; no spills for d = 64 and 128; d = 256 spills 8 bytes.
+#include "kernels/hopper/launch.cuh"
+
+namespace flashcheck::kernels::hopper {
+namespace {
+
+gpu::KernelRegistration registration("hopper",
+                                     "Hopper: TMA loads into a 2-stage ring, wgmma for both products with the softmax "
+                                     "overlapped, producer + 2 consumer warpgroups, persistent (f16/bf16, sm_90a)",
+                                     kHopperCapabilities, launch_hopper<HopperFlaw::none>);
+
+}  // namespace
+}  // namespace flashcheck::kernels::hopper

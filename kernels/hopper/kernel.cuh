@@ -1,0 +1,80 @@
+// The Hopper forward kernel: the roles composed.
+//  - Warpgroup 0, the producer, gives its registers away (setmaxnreg) and
+//    one of its threads issues every TMA load (mainloop.cuh: produce_tile).
+//  - Warpgroups 1 and 2, the consumers, take the registers and run 64 query
+//    rows each: the mainloop (mainloop.cuh: Consumer, with softmax.cuh and
+//    mask.cuh) and the epilogue (epilogue.cuh).
+//  - The grid is persistent: each block takes tiles from the scheduler
+//    (scheduler.cuh) until none is left; the K/V ring and the barriers' phases
+//    carry over from tile to tile.
+// What each version changed and its measured speed: hopper.cu.
+#pragma once
+
+#include "kernels/hopper/epilogue.cuh"
+#include "kernels/hopper/mainloop.cuh"
+#include "kernels/hopper/scheduler.cuh"
+
+namespace flashcheck::kernels::hopper {
+
+inline constexpr int kProducerRegisters = 24, kConsumerRegisters = 240;  // (168-24)*128 == (240-168)*256
+
+template <typename T, int D, HopperFlaw kFlaw>
+__global__ void __launch_bounds__(kThreads, 1)
+    hopper_forward(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
+                   const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_o,
+                   const gpu::AttentionArgs a, const TileScheduler scheduler) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using S = Shape<D>;
+  constexpr int kBlockN = S::kBlockN;
+  extern __shared__ unsigned char smem_raw[];
+  const Smem<D> smem(smem_raw);
+  if (threadIdx.x == 0) smem.init_barriers();
+  __syncthreads();
+
+  const int warpgroup = static_cast<int>(threadIdx.x) / 128;
+  const int group_size = a.heads_q / a.heads_kv;
+  Ring ring;
+  int q_uses = 0;
+
+  if (warpgroup == 0) {
+    registers_down<kProducerRegisters>();
+    if (threadIdx.x != 0) return;
+    for (int id = static_cast<int>(blockIdx.x); id < scheduler.tiles(); id += static_cast<int>(gridDim.x)) {
+      const Tile tile = scheduler.at<kBlockM>(id, a.heads_q);
+      const int lq = query_length(a, tile.b), lk = key_length(a, tile.b);
+      if (tile.q0 >= lq) continue;
+      const mma::KeyPlan<kBlockN> plan = mma::plan_keys<kBlockN, TileMask<kBlockN, kFlaw>::kMaskFlaw>(a, tile.q0, kBlockM, lq, lk);
+      produce_tile<D>(smem, map_q, map_k, map_v, tile, tile.h / group_size, plan.begin, plan.end, ring, q_uses++);
+    }
+    return;
+  }
+
+  registers_up<kConsumerRegisters>();
+  const int c = warpgroup - 1;
+  const int warp_row = 64 * c + 16 * (static_cast<int>(threadIdx.x) / 32 % 4);  // this warp's first row in a tile
+  const Consumer<T, D, kFlaw> consumer{smem, c};
+  for (int id = static_cast<int>(blockIdx.x); id < scheduler.tiles(); id += static_cast<int>(gridDim.x)) {
+    const Tile tile = scheduler.at<kBlockM>(id, a.heads_q);
+    const int lq = query_length(a, tile.b), lk = key_length(a, tile.b);
+    if (tile.q0 >= lq) continue;
+    const TileMask<kBlockN, kFlaw> mask(a, tile.q0, kBlockM, tile.q0 + warp_row, lq, lk);
+    float o[D / 8][4];  // defined by the first product; never read when the tile has no key
+    OnlineSoftmax softmax(a.scale);
+    mbarrier_wait(smem.q_full(), q_uses & 1);
+    consumer.run(mask, ring, o, softmax);
+    if constexpr (!S::kOInQ) mbarrier_arrive(smem.q_empty());
+    store_tile<T, D, kFlaw>(a, map_o, smem, tile, lq, c, o, softmax.state);
+    if constexpr (S::kOInQ) {  // O was staged in Q's place: release Q once TMA has read it
+      if (threadIdx.x % 128 == 0) bulk_wait_read<0>();
+      warpgroup_sync(1 + c);
+      mbarrier_arrive(smem.q_empty());
+    }
+    ++q_uses;
+  }
+  if (threadIdx.x % 128 == 0) bulk_wait<0>();
+#else
+  __trap();  // built for an architecture without wgmma and TMA: the launcher refuses before this
+#endif
+}
+
+}  // namespace flashcheck::kernels::hopper

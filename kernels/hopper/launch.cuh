@@ -1,0 +1,128 @@
+// The Hopper kernel's launcher: tensor maps, the sm_90a check, the grid, the
+// dispatch on dtype and head dim, and the domain. Shared by the kernel's
+// registration (hopper.cu) and its mutants.
+#pragma once
+
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <climits>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/hopper/kernel.cuh"
+
+namespace flashcheck::kernels::hopper {
+
+/// cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda).
+inline PFN_cuTensorMapEncodeTiled_v12000 encode_function(const gpu::CallSite& site) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [&] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    gpu::check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault, &found),
+               "cudaGetDriverEntryPointByVersion", site);
+    if (found != cudaDriverEntryPointSuccess || !function)
+      throw gpu::Unsupported("the driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12+ drivers)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
+  }();
+  return encode;
+}
+
+/// A 4-D map {d, seq, head, batch} over a tensor with the given element
+/// strides, read in boxes of {64, rows, 1, 1} with the 128-byte swizzle; boxes
+/// past the sequence are zero-filled.
+inline CUtensorMap tensor_map(const void* data, bool bf16, int d, int seq, int heads, int batch, std::int64_t seq_stride,
+                       std::int64_t head_stride, std::int64_t batch_stride, int rows, const gpu::CallSite& site) {
+  CUtensorMap map{};
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(seq),
+                              static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(seq_stride) * 2, static_cast<cuuint64_t>(head_stride) * 2,
+                                 static_cast<cuuint64_t>(batch_stride) * 2};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(rows), 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  const CUresult result = encode_function(site)(
+      &map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<void*>(data), dims,
+      strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS)
+    throw gpu::CudaError(cudaErrorInvalidValue,
+                         "cuTensorMapEncodeTiled failed (CUresult " + std::to_string(static_cast<int>(result)) +
+                             ") in " + site.kernel + " on " + site.problem,
+                         false);
+  return map;
+}
+
+/// The device's SM count and L2 size, read once per device.
+struct DeviceShape {
+  int sms, l2_bytes;
+};
+inline DeviceShape device_shape(const gpu::CallSite& site) {
+  int device = 0;
+  gpu::check(cudaGetDevice(&device), "cudaGetDevice", site);
+  DeviceShape shape{};
+  gpu::check(cudaDeviceGetAttribute(&shape.sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute", site);
+  gpu::check(cudaDeviceGetAttribute(&shape.l2_bytes, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute", site);
+  return shape;
+}
+
+template <typename T, int D, HopperFlaw kFlaw>
+void launch(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
+  using S = Shape<D>;
+  const int query_blocks = (a.seqlen_q + kBlockM - 1) / kBlockM;
+  const int heads = a.batch * a.heads_q;
+  if (query_blocks == 0 || heads == 0) return;
+  auto* kernel = hopper_forward<T, D, kFlaw>;
+  cudaFuncAttributes attributes{};
+  gpu::check(cudaFuncGetAttributes(&attributes, kernel), "cudaFuncGetAttributes", site);
+  if (attributes.binaryVersion < 90)
+    throw gpu::Unsupported("hopper was not built for sm_90a (CMAKE_CUDA_ARCHITECTURES needs 90a-real)");
+  if (static_cast<long long>(query_blocks) * heads > INT_MAX)
+    throw gpu::Unsupported("hopper: more than 2^31 tiles");
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  const CUtensorMap q = tensor_map(a.q, kBf16, D, a.seqlen_q, a.heads_q, a.batch, a.q_seq_stride, a.q_head_stride,
+                                   a.q_batch_stride, kBlockM, site);
+  // No key: K and V are never loaded; map the (non-empty) Q tensor in their place.
+  const bool keys = a.seqlen_kv > 0;
+  const CUtensorMap k = keys ? tensor_map(a.k, kBf16, D, a.seqlen_kv, a.heads_kv, a.batch, a.k_seq_stride,
+                                          a.k_head_stride, a.k_batch_stride, S::kBlockN, site)
+                             : q;
+  const CUtensorMap v = keys ? tensor_map(a.v, kBf16, D, a.seqlen_kv, a.heads_kv, a.batch, a.v_seq_stride,
+                                          a.v_head_stride, a.v_batch_stride, S::kBlockN, site)
+                             : q;
+  // O is stored in boxes of one consumer warpgroup's 64 rows.
+  const CUtensorMap o = tensor_map(a.o, kBf16, D, a.seqlen_q, a.heads_q, a.batch, a.o_seq_stride, a.o_head_stride,
+                                   a.o_batch_stride, kBlockM / 2, site);
+  const DeviceShape shape = device_shape(site);
+  const TileScheduler scheduler{query_blocks, heads, head_group(a, shape.l2_bytes / 2)};
+  gpu::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes),
+             "cudaFuncSetAttribute", site);
+  const int grid = std::min(scheduler.tiles(), shape.sms);
+  kernel<<<grid, kThreads, S::kSmemBytes, a.stream>>>(q, k, v, o, a, scheduler);
+  gpu::check_launch("hopper_forward", site);
+}
+
+template <HopperFlaw kFlaw>
+void launch_hopper(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
+  const auto go = [&]<typename T, int D>() { launch<T, D, kFlaw>(a, site); };
+  if (a.dtype == mma::kDTypeBf16) {
+    if (a.head_dim == 64) go.template operator()<__nv_bfloat16, 64>();
+    else if (a.head_dim == 128) go.template operator()<__nv_bfloat16, 128>();
+    else go.template operator()<__nv_bfloat16, 256>();
+  } else {
+    if (a.head_dim == 64) go.template operator()<__half, 64>();
+    else if (a.head_dim == 128) go.template operator()<__half, 128>();
+    else go.template operator()<__half, 256>();
+  }
+}
+
+/// The mma family's domain on sm_90 only. TMA's strides must be multiples of
+/// 16 bytes, which d >= 64 in f16/bf16 guarantees for every layout.
+inline constexpr Capabilities kHopperCapabilities = [] {
+  Capabilities c = mma::kMmaCapabilities;
+  c.tile_q = kBlockM;
+  c.tile_kv = 128;
+  c.min_compute_capability = 90;
+  return c;
+}();
+
+}  // namespace flashcheck::kernels::hopper

@@ -1,0 +1,206 @@
+// The Hopper kernel's mainloop: the shared-memory plan, the producer's TMA
+// loads and the consumers' two wgmma products per key tile.
+//
+// Shared memory (1024-byte aligned panels: a panel is one TMA box of 64
+// columns x rows, 128 bytes a row, 128-byte swizzled):
+//   Q      kPanels panels of kBlockM rows, loaded once per tile;
+//   O      the same shape, the epilogue's staging for the TMA store; when it
+//          does not fit (d = 256) O is staged in Q's place;
+//   K, V   a ring of kStages stages of kPanels panels of kBlockN rows;
+//   mbarriers: Q full/empty, and per stage K full/empty and V full/empty.
+// "full" completes when TMA has written a buffer (the producer arms it with
+// the byte count); "empty" when all 256 consumer threads have released it.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "kernels/hopper/hopper_ptx.cuh"
+#include "kernels/hopper/mask.cuh"
+#include "kernels/hopper/scheduler.cuh"
+#include "kernels/hopper/softmax.cuh"
+#include "kernels/hopper/wgmma_ops.cuh"
+
+namespace flashcheck::kernels::hopper {
+
+inline constexpr int kBlockM = 128;       // query rows per tile: 64 per consumer warpgroup
+inline constexpr int kThreads = 3 * 128;  // producer + 2 consumers
+inline constexpr int kConsumerThreads = 256;
+inline constexpr int kStages = 2;
+
+template <int D>
+struct Shape {
+  static constexpr int kBlockN = D == 256 ? 64 : 128;  // keys per tile (registers: O D/2 + S kBlockN/2 floats)
+  static constexpr int kPanels = D / 64;
+  static constexpr int kQBytes = kPanels * kBlockM * 128;
+  static constexpr int kKvBytes = kPanels * kBlockN * 128;  // one stage of K (or of V)
+  static constexpr bool kOInQ = D == 256;                   // 64 + 64 + 128 KiB would exceed the 227 KiB
+  static constexpr int kOBytes = kOInQ ? 0 : kQBytes;
+  static constexpr int kBarriers = 2 + 4 * kStages;
+  static constexpr int kSmemBytes = 1024 + kQBytes + kOBytes + 2 * kStages * kKvBytes + 8 * kBarriers;
+};
+
+/// Addresses are computed, not stored, so that a runtime stage index does not
+/// put an array in local memory.
+template <int D>
+struct Smem {
+  using S = Shape<D>;
+  std::uint32_t base;
+
+  __device__ explicit Smem(unsigned char* raw) : base((smem_address(raw) + 1023u) & ~1023u) {}
+  __device__ std::uint32_t q() const { return base; }
+  __device__ std::uint32_t o() const { return S::kOInQ ? base : base + S::kQBytes; }
+  __device__ std::uint32_t k(int s) const { return base + S::kQBytes + S::kOBytes + 2 * s * S::kKvBytes; }
+  __device__ std::uint32_t v(int s) const { return k(s) + S::kKvBytes; }
+  __device__ std::uint32_t barriers() const { return k(kStages); }
+  __device__ std::uint32_t q_full() const { return barriers(); }
+  __device__ std::uint32_t q_empty() const { return barriers() + 8; }
+  __device__ std::uint32_t k_full(int s) const { return barriers() + 16 + 32 * s; }
+  __device__ std::uint32_t v_full(int s) const { return k_full(s) + 8; }
+  __device__ std::uint32_t k_empty(int s) const { return k_full(s) + 16; }
+  __device__ std::uint32_t v_empty(int s) const { return k_full(s) + 24; }
+
+  __device__ void init_barriers() const {
+    mbarrier_init(q_full(), 1);
+    mbarrier_init(q_empty(), kConsumerThreads);
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(k_full(s), 1);
+      mbarrier_init(v_full(s), 1);
+      mbarrier_init(k_empty(s), kConsumerThreads);
+      mbarrier_init(v_empty(s), kConsumerThreads);
+    }
+    mbarrier_init_fence();
+  }
+};
+
+/// A position in the K/V ring, counted over the block's whole life (both
+/// roles count the same key tiles in the same order).
+struct Ring {
+  int n = 0;
+  __device__ int stage() const { return n % kStages; }
+  __device__ unsigned phase() const { return static_cast<unsigned>(n / kStages) & 1u; }
+};
+
+/// The producer's loads for one tile: its first K, then Q (once the
+/// consumers have released the previous tile's Q), then the rest, each into
+/// the next free stage. `q_uses` counts the tiles loaded so far.
+template <int D>
+__device__ __forceinline__ void produce_tile(const Smem<D>& smem, const CUtensorMap& map_q, const CUtensorMap& map_k,
+                                             const CUtensorMap& map_v, const Tile& tile, int hk, int begin, int end,
+                                             Ring& ring, int q_uses) {
+  using S = Shape<D>;
+  const auto load_k = [&](int key_tile) {
+    const int s = ring.stage();
+    mbarrier_wait(smem.k_empty(s), ring.phase() ^ 1);
+    mbarrier_expect_bytes(smem.k_full(s), S::kKvBytes);
+    for (int p = 0; p < S::kPanels; ++p)
+      tma_load_4d(smem.k(s) + p * S::kBlockN * 128, &map_k, smem.k_full(s), 64 * p, key_tile * S::kBlockN, hk, tile.b);
+  };
+  const auto load_v = [&](int key_tile) {
+    const int s = ring.stage();
+    mbarrier_wait(smem.v_empty(s), ring.phase() ^ 1);
+    mbarrier_expect_bytes(smem.v_full(s), S::kKvBytes);
+    for (int p = 0; p < S::kPanels; ++p)
+      tma_load_4d(smem.v(s) + p * S::kBlockN * 128, &map_v, smem.v_full(s), 64 * p, key_tile * S::kBlockN, hk, tile.b);
+    ++ring.n;
+  };
+  if (begin < end) load_k(begin);
+  mbarrier_wait(smem.q_empty(), (q_uses & 1) ^ 1);
+  mbarrier_expect_bytes(smem.q_full(), S::kQBytes);
+  for (int p = 0; p < S::kPanels; ++p)
+    tma_load_4d(smem.q() + p * kBlockM * 128, &map_q, smem.q_full(), 64 * p, tile.q0, tile.h, tile.b);
+  for (int key_tile = begin; key_tile < end; ++key_tile) {
+    if (key_tile > begin) load_k(key_tile);
+    load_v(key_tile);
+  }
+}
+
+/// A consumer warpgroup's mainloop for one tile: rows [64 c, 64 c + 64) of
+/// the tile against its key tiles, into O (unnormalized) and the softmax
+/// state. O is defined only when the tile has a key (the epilogue tells by
+/// the row sums). Tile j's S = Q K^T and tile j - 1's O += P V are issued together;
+/// the softmax of S_j runs while O's product is in flight.
+template <typename T, int D, HopperFlaw kFlaw>
+struct Consumer {
+  using S = Shape<D>;
+  static constexpr int kBlockN = S::kBlockN, kTilesN = kBlockN / 8, kTilesD = D / 8;
+  static constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+
+  const Smem<D>& smem;
+  int c;  // which consumer: 0 or 1
+
+  /// S = Q K^T: D / 16 steps of k16, each 32 bytes further along a 128-byte row.
+  __device__ __forceinline__ void issue_s(float (&s)[kTilesN][4], int stage) const {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const std::uint32_t q_at = smem.q() + (kk / 4) * kBlockM * 128 + c * 64 * 128 + (kk % 4) * 32;
+      const std::uint32_t k_at = smem.k(stage) + (kk / 4) * kBlockN * 128 + (kk % 4) * 32;
+      Wgmma<kBlockN, kBf16>::ss(s, sw128_descriptor(q_at, 16, 1024), sw128_descriptor(k_at, 16, 1024), kk > 0);
+    }
+    wgmma_commit();
+  }
+  /// O += P V: kBlockN / 16 steps of k16 (16 key rows, 2048 bytes of each V panel).
+  /// The tile's first product overwrites O (`accumulate` false), so that O's
+  /// registers are only ever defined by wgmma and the softmax's rescale.
+  __device__ __forceinline__ void issue_pv(float (&o)[kTilesD][4], const std::uint32_t (&p)[kTilesN / 2][4],
+                                           int stage, bool accumulate) const {
+#pragma unroll
+    for (int kc = 0; kc < kBlockN / 16; ++kc)
+      Wgmma<D, kBf16>::rs(o, p[kc], sw128_descriptor(smem.v(stage) + kc * 16 * 128, kBlockN * 128, 1024),
+                          kc > 0 || accumulate);
+    wgmma_commit();
+  }
+  __device__ __forceinline__ void wait_k(const Ring& ring) const {
+    if (kFlaw != HopperFlaw::early_read || ring.n >= kStages) mbarrier_wait(smem.k_full(ring.stage()), ring.phase());
+  }
+
+  __device__ void run(const TileMask<kBlockN, kFlaw>& mask, Ring& ring, float (&o)[kTilesD][4],
+                      OnlineSoftmax& softmax) const {
+    const int begin = mask.plan.begin, end = mask.plan.end;
+    if (begin >= end) return;
+    float s[kTilesN][4];
+    std::uint32_t p[kTilesN / 2][4];
+
+    wait_k(ring);
+    wgmma_fence();
+    issue_s(s, ring.stage());
+    wgmma_wait<0>();
+    fence_operands(s);
+    mbarrier_arrive(smem.k_empty(ring.stage()));
+    mask.apply(s, begin);
+    softmax.exponentiate(s);  // O is still 0: nothing to rescale
+    OnlineSoftmax::to_fragments<T>(s, p);
+
+    // Both waits come before the fence: a wait is a loop, and ptxas serializes
+    // every wgmma when one sits between a fence and the wgmma that follow it.
+    for (int key_tile = begin + 1; key_tile < end; ++key_tile) {
+      const Ring previous = ring;
+      ++ring.n;
+      wait_k(ring);
+      mbarrier_wait(smem.v_full(previous.stage()), previous.phase());
+      wgmma_fence();
+      issue_s(s, ring.stage());
+      issue_pv(o, p, previous.stage(), key_tile > begin + 1);
+      wgmma_wait<1>();  // S done; O's product may still run
+      fence_operands(s);
+      mbarrier_arrive(smem.k_empty(ring.stage()));
+      mask.apply(s, key_tile);
+      const mma::Correction correction = softmax.exponentiate(s);
+      wgmma_wait<0>();
+      fence_operands(o);
+      fence_operands(p);  // P's registers stay reserved until the product that reads them is done
+      mbarrier_arrive(smem.v_empty(previous.stage()));
+      OnlineSoftmax::rescale(o, correction);
+      OnlineSoftmax::to_fragments<T>(s, p);
+    }
+
+    mbarrier_wait(smem.v_full(ring.stage()), ring.phase());
+    wgmma_fence();
+    issue_pv(o, p, ring.stage(), end > begin + 1);
+    wgmma_wait<0>();
+    fence_operands(o);
+    mbarrier_arrive(smem.v_empty(ring.stage()));
+    ++ring.n;
+  }
+};
+
+}  // namespace flashcheck::kernels::hopper

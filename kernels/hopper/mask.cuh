@@ -1,0 +1,45 @@
+// The Hopper kernel's masking: which key tiles a query tile visits, and the
+// -inf mask of the boundary ones. The rules are the tensor-core family's
+// (kernels/mma/mma_common.cuh: row_keys, plan_keys, mask_tile), which work on
+// the m16n8 C layout that each warp's slice of a wgmma m64 accumulator has;
+// this file binds them to the Hopper tile and the kernel's flaws.
+//  - Tiles wholly outside every row's keys (causal, sliding window, the
+//    sequence's end) are never loaded or computed.
+//  - Tiles that every row sees whole are not masked.
+//  - A boundary tile is masked per element, which includes the keys past the
+//    sequence that TMA filled with zeros (S = 0 there is not -inf).
+#pragma once
+
+#include "kernels/mma/mma_common.cuh"
+
+namespace flashcheck::kernels::hopper {
+
+/// The kernel as written, or with one deliberate flaw (kernels/mutants/hopper_mutants.cu).
+enum class HopperFlaw {
+  none,
+  early_read,      // consumers read a stage's first K fill without waiting for its mbarrier
+  tail_unmasked,   // the zero-filled keys past the sequence are not masked: S = 0 joins the softmax
+  no_proxy_fence,  // O written to shared memory and stored by TMA without fence.proxy.async
+};
+
+template <int kBlockN, HopperFlaw kFlaw>
+struct TileMask {
+  static constexpr mma::MmaFlaw kMaskFlaw =
+      kFlaw == HopperFlaw::tail_unmasked ? mma::MmaFlaw::key_tail_unmasked : mma::MmaFlaw::none;
+
+  mma::KeyPlan<kBlockN> plan;
+  mma::ThreadRows rows;
+
+  /// The plan of the tile whose rows are [q0, q0 + block_rows), for this
+  /// thread's rows, which start at query `warp_row` (row 0 of its warp's m16 slice).
+  __device__ __forceinline__ TileMask(const gpu::AttentionArgs& a, int q0, int block_rows, int warp_row, int lq, int lk)
+      : plan(mma::plan_keys<kBlockN, kMaskFlaw>(a, q0, block_rows, lq, lk)),
+        rows(mma::thread_rows<kMaskFlaw>(a, warp_row, lq, lk)) {}
+
+  template <int kTilesN>
+  __device__ __forceinline__ void apply(float (&s)[kTilesN][4], int tile) const {
+    if (!plan.whole(tile)) mma::mask_tile(s, tile * kBlockN, rows.rows);
+  }
+};
+
+}  // namespace flashcheck::kernels::hopper
