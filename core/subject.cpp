@@ -114,6 +114,16 @@ const std::vector<Subject*>& Registry::materialise(Kind kind) {
   return l.view;
 }
 
+void Registry::mark_unobservable(std::string_view mutant, std::string_view why) {
+  unobservable_.emplace_back(std::string(mutant), std::string(why));
+}
+
+std::string Registry::unobservable(std::string_view mutant) const {
+  for (const auto& [name, why] : unobservable_)
+    if (name == mutant) return why;
+  return {};
+}
+
 Subject* Registry::find(std::string_view name) {
   for (Subject* subject : subjects())
     if (subject->name() == name) return subject;

@@ -151,6 +151,12 @@ class Registry {
   const std::vector<Subject*>& fixtures() { return materialise(Kind::fixture); }
   /// A subject, mutant or fixture by name.
   Subject* find(std::string_view name);
+  /// Marks a mutant whose flaw is not expected to show on the hardware at
+  /// hand, with the reason: the mutant suite still runs it, and reports it
+  /// SKIPPED with the reason (never passed) when it survives.
+  void mark_unobservable(std::string_view mutant, std::string_view why);
+  /// The reason given for a mutant, or empty.
+  std::string unobservable(std::string_view mutant) const;
 
  private:
   struct List {
@@ -161,6 +167,7 @@ class Registry {
   const std::vector<Subject*>& materialise(Kind kind);
   List& list(Kind kind) { return kind == Kind::subject ? subjects_ : kind == Kind::mutant ? mutants_ : fixtures_; }
   List subjects_, mutants_, fixtures_;
+  std::vector<std::pair<std::string, std::string>> unobservable_;
 };
 
 /// Registers a subject type at static-initialisation time:

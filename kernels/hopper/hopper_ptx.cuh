@@ -45,6 +45,13 @@ __device__ __forceinline__ void store_shared(std::uint32_t address, std::uint32_
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(address), "r"(value) : "memory");
 }
 
+/// A 4-byte load from shared memory at a 32-bit shared address.
+__device__ __forceinline__ std::uint32_t load_shared(std::uint32_t address) {
+  std::uint32_t value;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(value) : "r"(address) : "memory");
+  return value;
+}
+
 // ---- TMA ------------------------------------------------------------------------
 
 /// Loads one box of a 4-D tensor map (coordinates innermost first, in
@@ -128,7 +135,16 @@ __device__ __forceinline__ void registers_up() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
 }
 
-/// A barrier over one warpgroup's 128 threads: named barrier `id` (0 is __syncthreads's).
-__device__ __forceinline__ void warpgroup_sync(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
+/// Named barrier `id` (0 is __syncthreads's) over `threads` threads: wait
+/// until that many have arrived, counting this warp's.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+/// Arrive on named barrier `id` without waiting.
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+/// A barrier over one warpgroup's 128 threads.
+__device__ __forceinline__ void warpgroup_sync(int id) { named_barrier_sync(id, 128); }
 
 }  // namespace flashcheck::kernels::hopper

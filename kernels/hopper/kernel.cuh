@@ -4,9 +4,9 @@
 //  - Warpgroups 1 and 2, the consumers, take the registers and run 64 query
 //    rows each: the mainloop (mainloop.cuh: Consumer, with softmax.cuh and
 //    mask.cuh) and the epilogue (epilogue.cuh).
-//  - The grid is persistent: each block takes tiles from the scheduler
-//    (scheduler.cuh) until none is left; the K/V ring and the barriers' phases
-//    carry over from tile to tile.
+//  - The grid is persistent: each block's producer takes tiles from the
+//    scheduler (scheduler.cuh) until none is left and hands each to the
+//    consumers; the K/V ring and the barriers' phases carry over from tile to tile.
 // What each version changed and its measured speed: hopper.cu.
 #pragma once
 
@@ -39,29 +39,52 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {
     registers_down<kProducerRegisters>();
     if (threadIdx.x != 0) return;
-    for (int id = static_cast<int>(blockIdx.x); id < scheduler.tiles(); id += static_cast<int>(gridDim.x)) {
+    int id = static_cast<int>(blockIdx.x);
+    for (int n = 0;; ++n) {  // hand the tile to the consumers (id >= tiles: none left)
+      const int slot = n % kTileSlots;
+      mbarrier_wait(smem.tile_empty(slot), ((n / kTileSlots) & 1) ^ 1);
+      store_shared(smem.tile_id(slot), static_cast<std::uint32_t>(id));
+      mbarrier_arrive(smem.tile_full(slot));
+      if (id >= scheduler.tiles()) break;
+      const int next = scheduler.next();  // its latency hides behind this tile's loads
       const Tile tile = scheduler.at<kBlockM>(id, a.heads_q);
       const int lq = query_length(a, tile.b), lk = key_length(a, tile.b);
-      if (tile.q0 >= lq) continue;
-      const mma::KeyPlan<kBlockN> plan = mma::plan_keys<kBlockN, TileMask<kBlockN, kFlaw>::kMaskFlaw>(a, tile.q0, kBlockM, lq, lk);
-      produce_tile<D>(smem, map_q, map_k, map_v, tile, tile.h / group_size, plan.begin, plan.end, ring, q_uses++);
+      if (tile.q0 < lq) {
+        const mma::KeyPlan<kBlockN> plan =
+            mma::plan_keys<kBlockN, TileMask<kBlockN, kFlaw>::kMaskFlaw>(a, tile.q0, kBlockM, lq, lk);
+        produce_tile<D>(smem, map_q, map_k, map_v, tile, tile.h / group_size, plan.begin, plan.end, ring, q_uses++);
+      }
+      id = next;
     }
+    scheduler.finish();
     return;
   }
 
+  // Pingpong (mainloop.cuh): both consumers take the same number of turns
+  // (they share every tile's key tiles); consumer 1's opening arrival lets
+  // consumer 0 go first, and consumer 0's closing wait takes consumer 1's last one.
+  if (warpgroup == 2) named_barrier_arrive(kTurn, kConsumerThreads);
   registers_up<kConsumerRegisters>();
   const int c = warpgroup - 1;
   const int warp_row = 64 * c + 16 * (static_cast<int>(threadIdx.x) / 32 % 4);  // this warp's first row in a tile
   const Consumer<T, D, kFlaw> consumer{smem, c};
-  for (int id = static_cast<int>(blockIdx.x); id < scheduler.tiles(); id += static_cast<int>(gridDim.x)) {
+  for (int n = 0;; ++n) {
+    const int slot = n % kTileSlots;
+    mbarrier_wait(smem.tile_full(slot), (n / kTileSlots) & 1);
+    const int id = static_cast<int>(load_shared(smem.tile_id(slot)));
+    mbarrier_arrive(smem.tile_empty(slot));
+    if (id >= scheduler.tiles()) break;
     const Tile tile = scheduler.at<kBlockM>(id, a.heads_q);
     const int lq = query_length(a, tile.b), lk = key_length(a, tile.b);
     if (tile.q0 >= lq) continue;
     const TileMask<kBlockN, kFlaw> mask(a, tile.q0, kBlockM, tile.q0 + warp_row, lq, lk);
     float o[D / 8][4];  // defined by the first product; never read when the tile has no key
     OnlineSoftmax softmax(a.scale);
-    mbarrier_wait(smem.q_full(), q_uses & 1);
+    if constexpr (kFlaw != HopperFlaw::early_read) mbarrier_wait(smem.q_full(), q_uses & 1);
     consumer.run(mask, ring, o, softmax);
+    // The mutant waits only after its products have read Q (which keeps the
+    // barriers' phases in step: a consumer never laps the producer).
+    if constexpr (kFlaw == HopperFlaw::early_read) mbarrier_wait(smem.q_full(), q_uses & 1);
     if constexpr (!S::kOInQ) mbarrier_arrive(smem.q_empty());
     store_tile<T, D, kFlaw>(a, map_o, smem, tile, lq, c, o, softmax.state);
     if constexpr (S::kOInQ) {  // O was staged in Q's place: release Q once TMA has read it
@@ -71,6 +94,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     ++q_uses;
   }
+  if (c == 0) consumer.take_turn();
   if (threadIdx.x % 128 == 0) bulk_wait<0>();
 #else
   __trap();  // built for an architecture without wgmma and TMA: the launcher refuses before this

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -65,6 +67,25 @@ inline DeviceShape device_shape(const gpu::CallSite& site) {
   return shape;
 }
 
+/// The scheduler's two counters (tiles taken, blocks finished) for launches
+/// on `stream`, zeroed once: each launch's last block zeroes them again
+/// (scheduler.cuh), so a launch costs no allocation or memset. One pair per
+/// device and stream, as launches on one stream never overlap; kept for the
+/// process's life.
+inline int* scheduler_counters(cudaStream_t stream, const gpu::CallSite& site) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, cudaStream_t>, int*> counters;
+  int device = 0;
+  gpu::check(cudaGetDevice(&device), "cudaGetDevice", site);
+  const std::lock_guard lock(mutex);
+  int*& pair = counters[{device, stream}];
+  if (!pair) {
+    gpu::check(cudaMalloc(reinterpret_cast<void**>(&pair), 2 * sizeof(int)), "cudaMalloc", site);
+    gpu::check(cudaMemset(pair, 0, 2 * sizeof(int)), "cudaMemset", site);
+  }
+  return pair;
+}
+
 template <typename T, int D, HopperFlaw kFlaw>
 void launch(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
   using S = Shape<D>;
@@ -93,9 +114,9 @@ void launch(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
   const CUtensorMap o = tensor_map(a.o, kBf16, D, a.seqlen_q, a.heads_q, a.batch, a.o_seq_stride, a.o_head_stride,
                                    a.o_batch_stride, kBlockM / 2, site);
   const DeviceShape shape = device_shape(site);
-  const TileScheduler scheduler{query_blocks, heads, head_group(a, shape.l2_bytes / 2)};
   gpu::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes),
              "cudaFuncSetAttribute", site);
+  const TileScheduler scheduler{query_blocks, heads, head_group(a, shape.l2_bytes / 2), scheduler_counters(a.stream, site)};
   const int grid = std::min(scheduler.tiles(), shape.sms);
   kernel<<<grid, kThreads, S::kSmemBytes, a.stream>>>(q, k, v, o, a, scheduler);
   gpu::check_launch("hopper_forward", site);

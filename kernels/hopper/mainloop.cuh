@@ -7,7 +7,9 @@
 //   O      the same shape, the epilogue's staging for the TMA store; when it
 //          does not fit (d = 256) O is staged in Q's place;
 //   K, V   a ring of kStages stages of kPanels panels of kBlockN rows;
-//   mbarriers: Q full/empty, and per stage K full/empty and V full/empty.
+//   mbarriers: Q full/empty, per stage K full/empty and V full/empty, and
+//          per tile slot full/empty (the scheduler's hand-over of tile ids);
+//   the tile slots: kTileSlots ints.
 // "full" completes when TMA has written a buffer (the producer arms it with
 // the byte count); "empty" when all 256 consumer threads have released it.
 #pragma once
@@ -26,6 +28,9 @@ inline constexpr int kBlockM = 128;       // query rows per tile: 64 per consume
 inline constexpr int kThreads = 3 * 128;  // producer + 2 consumers
 inline constexpr int kConsumerThreads = 256;
 inline constexpr int kStages = 2;
+// Named barriers: 0 is __syncthreads's, 1 + c consumer c's epilogue, kTurn + c its pingpong turn.
+inline constexpr int kTurn = 3;
+inline constexpr int kTileSlots = 2;  // tile ids in flight from the producer to the consumers
 
 template <int D>
 struct Shape {
@@ -35,8 +40,8 @@ struct Shape {
   static constexpr int kKvBytes = kPanels * kBlockN * 128;  // one stage of K (or of V)
   static constexpr bool kOInQ = D == 256;                   // 64 + 64 + 128 KiB would exceed the 227 KiB
   static constexpr int kOBytes = kOInQ ? 0 : kQBytes;
-  static constexpr int kBarriers = 2 + 4 * kStages;
-  static constexpr int kSmemBytes = 1024 + kQBytes + kOBytes + 2 * kStages * kKvBytes + 8 * kBarriers;
+  static constexpr int kBarriers = 2 + 4 * kStages + 2 * kTileSlots;
+  static constexpr int kSmemBytes = 1024 + kQBytes + kOBytes + 2 * kStages * kKvBytes + 8 * kBarriers + 4 * kTileSlots;
 };
 
 /// Addresses are computed, not stored, so that a runtime stage index does not
@@ -58,6 +63,9 @@ struct Smem {
   __device__ std::uint32_t v_full(int s) const { return k_full(s) + 8; }
   __device__ std::uint32_t k_empty(int s) const { return k_full(s) + 16; }
   __device__ std::uint32_t v_empty(int s) const { return k_full(s) + 24; }
+  __device__ std::uint32_t tile_full(int slot) const { return barriers() + 16 + 32 * kStages + 16 * slot; }
+  __device__ std::uint32_t tile_empty(int slot) const { return tile_full(slot) + 8; }
+  __device__ std::uint32_t tile_id(int slot) const { return barriers() + 8 * S::kBarriers + 4 * slot; }
 
   __device__ void init_barriers() const {
     mbarrier_init(q_full(), 1);
@@ -67,6 +75,10 @@ struct Smem {
       mbarrier_init(v_full(s), 1);
       mbarrier_init(k_empty(s), kConsumerThreads);
       mbarrier_init(v_empty(s), kConsumerThreads);
+    }
+    for (int slot = 0; slot < kTileSlots; ++slot) {
+      mbarrier_init(tile_full(slot), 1);
+      mbarrier_init(tile_empty(slot), kConsumerThreads);
     }
     mbarrier_init_fence();
   }
@@ -149,9 +161,14 @@ struct Consumer {
                           kc > 0 || accumulate);
     wgmma_commit();
   }
-  __device__ __forceinline__ void wait_k(const Ring& ring) const {
-    if (kFlaw != HopperFlaw::early_read || ring.n >= kStages) mbarrier_wait(smem.k_full(ring.stage()), ring.phase());
-  }
+  __device__ __forceinline__ void wait_k(const Ring& ring) const { mbarrier_wait(smem.k_full(ring.stage()), ring.phase()); }
+
+  /// Pingpong: the two consumers take turns to issue their products, so one's
+  /// softmax runs while the other's products keep the tensor cores busy.
+  /// Named barrier kTurn + c is consumer c's turn: the other consumer arrives
+  /// on it once it has issued (and once at the start: consumer 0 goes first).
+  __device__ __forceinline__ void take_turn() const { named_barrier_sync(kTurn + c, kConsumerThreads); }
+  __device__ __forceinline__ void pass_turn() const { named_barrier_arrive(kTurn + (1 - c), kConsumerThreads); }
 
   __device__ void run(const TileMask<kBlockN, kFlaw>& mask, Ring& ring, float (&o)[kTilesD][4],
                       OnlineSoftmax& softmax) const {
@@ -161,8 +178,10 @@ struct Consumer {
     std::uint32_t p[kTilesN / 2][4];
 
     wait_k(ring);
+    take_turn();
     wgmma_fence();
     issue_s(s, ring.stage());
+    pass_turn();
     wgmma_wait<0>();
     fence_operands(s);
     mbarrier_arrive(smem.k_empty(ring.stage()));
@@ -177,9 +196,11 @@ struct Consumer {
       ++ring.n;
       wait_k(ring);
       mbarrier_wait(smem.v_full(previous.stage()), previous.phase());
+      take_turn();
       wgmma_fence();
       issue_s(s, ring.stage());
       issue_pv(o, p, previous.stage(), key_tile > begin + 1);
+      pass_turn();
       wgmma_wait<1>();  // S done; O's product may still run
       fence_operands(s);
       mbarrier_arrive(smem.k_empty(ring.stage()));
@@ -194,8 +215,10 @@ struct Consumer {
     }
 
     mbarrier_wait(smem.v_full(ring.stage()), ring.phase());
+    take_turn();
     wgmma_fence();
     issue_pv(o, p, ring.stage(), end > begin + 1);
+    pass_turn();
     wgmma_wait<0>();
     fence_operands(o);
     mbarrier_arrive(smem.v_empty(ring.stage()));

@@ -17,7 +17,7 @@ namespace flashcheck::kernels::hopper {
 /// The kernel as written, or with one deliberate flaw (kernels/mutants/hopper_mutants.cu).
 enum class HopperFlaw {
   none,
-  early_read,      // consumers read a stage's first K fill without waiting for its mbarrier
+  early_read,      // consumers read the Q stage (refilled every tile) without waiting for its mbarrier
   tail_unmasked,   // the zero-filled keys past the sequence are not masked: S = 0 joins the softmax
   no_proxy_fence,  // O written to shared memory and stored by TMA without fence.proxy.async
 };

@@ -1,6 +1,9 @@
 // The Hopper kernel's tile scheduler: a persistent grid (one block per SM)
-// walks the (query block, batch x head) tiles with a static stride, so both
-// of a block's roles see the same tiles in the same order without talking.
+// takes the (query block, batch x head) tiles dynamically: block i starts
+// with tile i, and each block's producer takes its next tile from a global
+// counter when it starts loading the current one (so a block that drew short
+// tiles draws more). The producer hands each tile id to the consumers
+// through shared memory (mainloop.cuh: Smem's tile slots).
 //
 // Order: heads are taken in groups whose K and V fit in a share of the L2
 // (the blocks running at once then mostly read the same few heads' keys),
@@ -23,8 +26,21 @@ struct TileScheduler {
   int query_blocks;  // per (batch, head)
   int heads;         // batch * heads_q
   int group;         // heads per group
+  int* counters;     // [0]: tiles taken after the first gridDim.x, [1]: blocks done; both 0 at launch
 
   __host__ __device__ int tiles() const { return query_blocks * heads; }
+  /// The id of the tile after the ones every block started with (>= tiles(): none left).
+  __device__ int next() const { return static_cast<int>(gridDim.x) + atomicAdd(&counters[0], 1); }
+  /// Called once per block after its last next(): the last block to finish
+  /// zeroes the counters for the next launch on the stream (every block has
+  /// drawn its last tile by then).
+  __device__ void finish() const {
+    __threadfence();
+    if (atomicAdd(&counters[1], 1) == static_cast<int>(gridDim.x) - 1) {
+      atomicExch(&counters[0], 0);
+      atomicExch(&counters[1], 0);
+    }
+  }
 
   /// The id-th tile in the longest-first, head-grouped order.
   template <int kBlockM>
