@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The mutant waits only after its products have read Q (which keeps the
     // barriers' phases in step: a consumer never laps the producer).
     if constexpr (kFlaw == HopperFlaw::early_read) mbarrier_wait(smem.q_full(), q_uses & 1);
-    if constexpr (!S::kOInQ) mbarrier_arrive(smem.q_empty());
+    if constexpr (!S::kOInQ && !Consumer<T, D, kFlaw>::kEarlyQRelease) mbarrier_arrive(smem.q_empty());
     store_tile<T, D, kFlaw>(a, map_o, smem, tile, lq, c, o, softmax.state);
     if constexpr (S::kOInQ) {  // O was staged in Q's place: release Q once TMA has read it
       if (threadIdx.x % 128 == 0) bulk_wait_read<0>();

@@ -167,13 +167,23 @@ struct Consumer {
   /// softmax runs while the other's products keep the tensor cores busy.
   /// Named barrier kTurn + c is consumer c's turn: the other consumer arrives
   /// on it once it has issued (and once at the start: consumer 0 goes first).
+  /// Whether the consumers release Q as soon as their last S product has
+  /// read it (so the next tile's Q loads during the last O product and the
+  /// epilogue), rather than after the tile. Not where O is staged in Q's place,
+  /// nor in the early-read mutant (its late wait must see this tile's phase).
+  static constexpr bool kEarlyQRelease = !S::kOInQ && kFlaw != HopperFlaw::early_read;
+  __device__ __forceinline__ void release_q() const { mbarrier_arrive(smem.q_empty()); }
+
   __device__ __forceinline__ void take_turn() const { named_barrier_sync(kTurn + c, kConsumerThreads); }
   __device__ __forceinline__ void pass_turn() const { named_barrier_arrive(kTurn + (1 - c), kConsumerThreads); }
 
   __device__ void run(const TileMask<kBlockN, kFlaw>& mask, Ring& ring, float (&o)[kTilesD][4],
                       OnlineSoftmax& softmax) const {
     const int begin = mask.plan.begin, end = mask.plan.end;
-    if (begin >= end) return;
+    if (begin >= end) {
+      if constexpr (kEarlyQRelease) release_q();
+      return;
+    }
     float s[kTilesN][4];
     std::uint32_t p[kTilesN / 2][4];
 
@@ -185,6 +195,7 @@ struct Consumer {
     wgmma_wait<0>();
     fence_operands(s);
     mbarrier_arrive(smem.k_empty(ring.stage()));
+    if (kEarlyQRelease && end == begin + 1) release_q();
     mask.apply(s, begin);
     softmax.exponentiate(s);  // O is still 0: nothing to rescale
     OnlineSoftmax::to_fragments<T>(s, p);
@@ -204,6 +215,7 @@ struct Consumer {
       wgmma_wait<1>();  // S done; O's product may still run
       fence_operands(s);
       mbarrier_arrive(smem.k_empty(ring.stage()));
+      if (kEarlyQRelease && key_tile == end - 1) release_q();
       mask.apply(s, key_tile);
       const mma::Correction correction = softmax.exponentiate(s);
       wgmma_wait<0>();
