@@ -3,17 +3,24 @@
 // softmax.cuh, mask.cuh, epilogue.cuh, scheduler.cuh; the instructions are in
 // hopper_ptx.cuh and wgmma_ops.cuh (generated), their layouts in NOTES.md.
 //
-// Version 2 (this file's kernel): what changed from version 1, and its speed.
+// This file's kernel (v5; the versions' log with predictions: docs/perf.md):
 //  - Intra-warpgroup overlap: tile j's S = Q K^T and tile j-1's O += P V are
 //    issued together, and the softmax of S_j runs while the PV product does.
-//  - A persistent grid (one block per SM) with a static tile scheduler:
-//    head groups sized to half the L2, the last query blocks first.
+//  - Pingpong: the two consumers take turns to issue their products (named
+//    barriers), so one's softmax runs under the other's products.
+//  - A persistent grid (one block per SM) with a dynamic tile scheduler: a
+//    global counter, zeroed by each launch's last block; the producer hands
+//    tile ids to the consumers through shared memory. Head groups sized to
+//    half the L2, the last query blocks first.
 //  - O staged in shared memory and stored by TMA (rows past a sequence's end
-//    stored from registers); the next tile's first K load is issued before
-//    its Q, so the Q load waits only for the consumers' release.
-//  - setmaxnreg 24/240 (was 40/232); the waits moved before the wgmma fence
-//    (ptxas serialized every wgmma otherwise: C7520).
-//  Speed: measured in docs/perf.md (pending this version's GPU run).
+//    stored from registers); Q released after the last S product, so the
+//    next tile's Q loads under the last PV and the epilogue.
+//  - setmaxnreg 24/240; the mbarrier waits before the wgmma fence (ptxas
+//    serialized every wgmma otherwise: C7520).
+//  Speed: H200, 2026-11-22, `scripts/gpu-check` (cuDNN 9.14 in the same run),
+//  bf16: B=4 H=16 N=4096: d=128 606 TFLOP/s (0.91x cuDNN), causal 540
+//  (0.93x), d=64 394 (0.75x), d=256 667 (0.91x); B=1 H=16 N=16384: d=128
+//  584 (0.93x), causal 588 (0.91x).
 //
 // Version 1: TMA into a 2-stage ring on mbarriers, SS wgmma for S, RS wgmma
 // for O, producer + 2 consumers; no overlap, one block per tile.
@@ -21,7 +28,7 @@
 //  B=4 H=16 N=4096: d=128 591 TFLOP/s (0.87x cuDNN), causal 499 (0.87x),
 //  d=64 402 (0.76x), d=256 647 (0.92x).
 // ptxas (sm_90a, -O3): 168 registers at the 384-thread launch bound before
-// setmaxnreg; no spills for d = 64 and 128; d = 256 spills 8 bytes.
+// setmaxnreg; no spills for d = 64 and 128; d = 256 spills 16 bytes.
 #include "kernels/hopper/launch.cuh"
 
 namespace flashcheck::kernels::hopper {
@@ -29,7 +36,8 @@ namespace {
 
 gpu::KernelRegistration registration("hopper",
                                      "Hopper: TMA loads into a 2-stage ring, wgmma for both products with the softmax "
-                                     "overlapped, producer + 2 consumer warpgroups, persistent (f16/bf16, sm_90a)",
+                                     "overlapped, producer + 2 pingpong consumer warpgroups, persistent with a dynamic "
+                                     "scheduler (f16/bf16, sm_90a)",
                                      kHopperCapabilities, launch_hopper<HopperFlaw::none>);
 
 }  // namespace
