@@ -124,16 +124,7 @@ void launch(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
 
 template <HopperFlaw kFlaw>
 void launch_hopper(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
-  const auto go = [&]<typename T, int D>() { launch<T, D, kFlaw>(a, site); };
-  if (a.dtype == mma::kDTypeBf16) {
-    if (a.head_dim == 64) go.template operator()<__nv_bfloat16, 64>();
-    else if (a.head_dim == 128) go.template operator()<__nv_bfloat16, 128>();
-    else go.template operator()<__nv_bfloat16, 256>();
-  } else {
-    if (a.head_dim == 64) go.template operator()<__half, 64>();
-    else if (a.head_dim == 128) go.template operator()<__half, 128>();
-    else go.template operator()<__half, 256>();
-  }
+  mma::with_instance(a, [&]<typename T, int D>() { launch<T, D, kFlaw>(a, site); });
 }
 
 /// The mma family's domain on sm_90 only. TMA's strides must be multiples of

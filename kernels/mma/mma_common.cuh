@@ -482,10 +482,10 @@ inline void launch_mma(MmaKernel kernel, int smem_bytes, const gpu::AttentionArg
   }
 }
 
-/// Picks the instantiation for the args' dtype and head dim (inside the domain).
-template <template <typename, int> class Kernel>
-void dispatch(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
-  const auto go = [&]<typename T, int D>() { Kernel<T, D>::launch(a, site); };
+/// Calls `go.template operator()<T, D>()` for the args' dtype (__nv_bfloat16
+/// or __half) and head dim (64, 128 or 256; inside the domain).
+template <typename Go>
+void with_instance(const gpu::AttentionArgs& a, Go&& go) {
   if (a.dtype == kDTypeBf16) {
     if (a.head_dim == 64) go.template operator()<__nv_bfloat16, 64>();
     else if (a.head_dim == 128) go.template operator()<__nv_bfloat16, 128>();
@@ -495,6 +495,12 @@ void dispatch(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
     else if (a.head_dim == 128) go.template operator()<__half, 128>();
     else go.template operator()<__half, 256>();
   }
+}
+
+/// Picks the instantiation for the args' dtype and head dim (inside the domain).
+template <template <typename, int> class Kernel>
+void dispatch(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
+  with_instance(a, [&]<typename T, int D>() { Kernel<T, D>::launch(a, site); });
 }
 
 }  // namespace flashcheck::kernels::mma
