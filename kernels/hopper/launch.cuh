@@ -54,7 +54,8 @@ inline CUtensorMap tensor_map(const void* data, bool bf16, int d, int seq, int h
   return map;
 }
 
-/// The device's SM count and L2 size, read once per device.
+/// The device's SM count and L2 size, queried on every launch (host work
+/// inside a timed launch: docs/perf.md, issue 9, review).
 struct DeviceShape {
   int sms, l2_bytes;
 };
