@@ -3,7 +3,11 @@
 // softmax.cuh, mask.cuh, epilogue.cuh, scheduler.cuh; the instructions are in
 // hopper_ptx.cuh and wgmma_ops.cuh (generated), their layouts in NOTES.md.
 //
-// This file's kernel (v5; the versions' log with predictions: docs/perf.md):
+// This file's kernel (v6; the versions' log with predictions: docs/perf.md).
+// v6 changed from v5: head groups sized to an eighth of the L2 (was half),
+// which cut the DRAM traffic 2.6x (ncu: 584 -> 225 GB/s at d=128, L2 hit
+// 76% -> 87%) at the same speed; the launcher's once-per-device work moved
+// out of the launch. The version as a whole:
 //  - Intra-warpgroup overlap: tile j's S = Q K^T and tile j-1's O += P V are
 //    issued together, and the softmax of S_j runs while the PV product does.
 //  - Pingpong: the two consumers take turns to issue their products (named
@@ -11,16 +15,19 @@
 //  - A persistent grid (one block per SM) with a dynamic tile scheduler: a
 //    global counter, zeroed by each launch's last block; the producer hands
 //    tile ids to the consumers through shared memory. Head groups sized to
-//    half the L2, the last query blocks first.
+//    an eighth of the L2, the last query blocks first.
 //  - O staged in shared memory and stored by TMA (rows past a sequence's end
 //    stored from registers); Q released after the last S product, so the
 //    next tile's Q loads under the last PV and the epilogue.
 //  - setmaxnreg 24/240; the mbarrier waits before the wgmma fence (ptxas
 //    serialized every wgmma otherwise: C7520).
-//  Speed: H200, 2026-11-22, `scripts/gpu-check` (cuDNN 9.14 in the same run),
-//  bf16: B=4 H=16 N=4096: d=128 606 TFLOP/s (0.91x cuDNN), causal 540
-//  (0.93x), d=64 394 (0.75x), d=256 667 (0.91x); B=1 H=16 N=16384: d=128
-//  584 (0.93x), causal 588 (0.91x).
+//  Speed (v6): H200, 2026-11-23, `flashcheck bench -s hopper --warmup 3
+//  --repeats 10 --input-sets 3` (cuDNN 9.14 in the same run), bf16: B=4 H=16
+//  N=4096: d=128 611 TFLOP/s (0.91x cuDNN), causal 531 (0.92x), d=64 394
+//  (0.74x), d=256 653 (0.89x); B=1 H=16 N=16384: d=128 601 (0.98x), causal
+//  579 (0.89x). v5 (2026-11-22, scripts/gpu-check): 606 (0.91x), 540 (0.93x),
+//  394 (0.75x), 667 (0.91x), 584 (0.93x), 588 (0.91x). Why it stops short of
+//  cuDNN (ncu): docs/perf.md, "The diagnosis of the remaining gap".
 //
 // Version 1: TMA into a 2-stage ring on mbarriers, SS wgmma for S, RS wgmma
 // for O, producer + 2 consumers; no overlap, one block per tile.

@@ -54,17 +54,34 @@ inline CUtensorMap tensor_map(const void* data, bool bf16, int d, int seq, int h
   return map;
 }
 
-/// The device's SM count and L2 size, queried on every launch (host work
-/// inside a timed launch: docs/perf.md, issue 9, review).
+/// What a launch needs from its device: the SM count and the L2 size.
 struct DeviceShape {
   int sms, l2_bytes;
 };
-inline DeviceShape device_shape(const gpu::CallSite& site) {
+
+/// The once-per-device part of launching one instantiation: the sm_90a check,
+/// the shared-memory opt-in, and the device's shape, done on its first launch
+/// on each device and kept (every launch did them in v5, host work inside a
+/// timed launch: docs/perf.md, issue 9, review).
+template <typename Kernel>
+DeviceShape prepare(Kernel* kernel, int smem_bytes, const gpu::CallSite& site) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, const void*>, DeviceShape> prepared;  // every instantiation has one type
   int device = 0;
   gpu::check(cudaGetDevice(&device), "cudaGetDevice", site);
+  const std::lock_guard lock(mutex);
+  const std::pair key{device, reinterpret_cast<const void*>(kernel)};
+  if (const auto found = prepared.find(key); found != prepared.end()) return found->second;
+  cudaFuncAttributes attributes{};
+  gpu::check(cudaFuncGetAttributes(&attributes, kernel), "cudaFuncGetAttributes", site);
+  if (attributes.binaryVersion < 90)
+    throw gpu::Unsupported("hopper was not built for sm_90a (CMAKE_CUDA_ARCHITECTURES needs 90a-real)");
+  gpu::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
+             "cudaFuncSetAttribute", site);
   DeviceShape shape{};
   gpu::check(cudaDeviceGetAttribute(&shape.sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute", site);
   gpu::check(cudaDeviceGetAttribute(&shape.l2_bytes, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute", site);
+  prepared.emplace(key, shape);
   return shape;
 }
 
@@ -94,10 +111,7 @@ void launch(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
   const int heads = a.batch * a.heads_q;
   if (query_blocks == 0 || heads == 0) return;
   auto* kernel = hopper_forward<T, D, kFlaw>;
-  cudaFuncAttributes attributes{};
-  gpu::check(cudaFuncGetAttributes(&attributes, kernel), "cudaFuncGetAttributes", site);
-  if (attributes.binaryVersion < 90)
-    throw gpu::Unsupported("hopper was not built for sm_90a (CMAKE_CUDA_ARCHITECTURES needs 90a-real)");
+  const DeviceShape shape = prepare(kernel, S::kSmemBytes, site);
   if (static_cast<long long>(query_blocks) * heads > INT_MAX)
     throw gpu::Unsupported("hopper: more than 2^31 tiles");
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
@@ -114,10 +128,9 @@ void launch(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
   // O is stored in boxes of one consumer warpgroup's 64 rows.
   const CUtensorMap o = tensor_map(a.o, kBf16, D, a.seqlen_q, a.heads_q, a.batch, a.o_seq_stride, a.o_head_stride,
                                    a.o_batch_stride, kBlockM / 2, site);
-  const DeviceShape shape = device_shape(site);
-  gpu::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes),
-             "cudaFuncSetAttribute", site);
-  const TileScheduler scheduler{query_blocks, heads, head_group(a, shape.l2_bytes / 2), scheduler_counters(a.stream, site)};
+  // Head groups of an eighth of the L2: a half (v5) let K and V be re-read
+  // from DRAM 2.5 times over (ncu, docs/perf.md), hidden by the ring but not free.
+  const TileScheduler scheduler{query_blocks, heads, head_group(a, shape.l2_bytes / 8), scheduler_counters(a.stream, site)};
   const int grid = std::min(scheduler.tiles(), shape.sms);
   kernel<<<grid, kThreads, S::kSmemBytes, a.stream>>>(q, k, v, o, a, scheduler);
   gpu::check_launch("hopper_forward", site);
