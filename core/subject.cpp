@@ -86,6 +86,16 @@ std::string describe(const Capabilities& caps) {
   return text;
 }
 
+Timing summarise(std::vector<float> samples_ms) {
+  Timing timing;
+  timing.samples_ms = samples_ms;
+  std::sort(samples_ms.begin(), samples_ms.end());
+  timing.median_ms = samples_ms[samples_ms.size() / 2];
+  timing.min_ms = samples_ms.front();
+  timing.max_ms = samples_ms.back();
+  return timing;
+}
+
 std::string_view to_string(Status status) {
   switch (status) {
     case Status::ok: return "ok";

@@ -30,6 +30,7 @@ class EnumSet {
     for (Enum value : values) bits_ |= bit(value);
   }
   constexpr bool contains(Enum value) const { return bits_ & bit(value); }
+  constexpr void insert(Enum value) { bits_ |= bit(value); }
   constexpr bool empty() const { return bits_ == 0; }
   constexpr bool operator==(const EnumSet&) const = default;
 
@@ -113,6 +114,14 @@ struct RunResult {
   double time_ms = std::numeric_limits<double>::quiet_NaN();
 };
 
+/// Times of repeated calls, as `flashcheck bench` reports them.
+struct Timing {
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+  std::vector<float> samples_ms;  // in call order
+};
+/// The median, minimum and maximum of samples (not empty).
+Timing summarise(std::vector<float> samples_ms);
+
 /// Anything under test.
 class Subject {
  public:
@@ -129,6 +138,15 @@ class Subject {
   /// heuristic). Returns false, changing nothing, where the subject has no such
   /// choice (Capabilities::split_kv is false) or cannot make that many.
   virtual bool set_split_count(int /*splits*/) { return false; }
+  /// Times `repeats` calls after `warmup` ones, cycling through `input_sets`
+  /// copies of the inputs, the call alone measured (CUDA events for GPU
+  /// subjects, the worker's own clock for external ones); nullopt when the
+  /// subject cannot time itself (the CPU subjects). Called only inside the
+  /// domain; throws on a failed call.
+  virtual std::optional<Timing> time(const Problem& /*problem*/, const Inputs& /*inputs*/, int /*warmup*/,
+                                     int /*repeats*/, int /*input_sets*/) {
+    return std::nullopt;
+  }
 };
 
 /// The process-wide lists of subjects, of mutants (deliberately broken

@@ -40,7 +40,7 @@ int input_sets_for(const Problem& p, const Ceilings& c, int asked) {
 struct Row {
   std::string subject;
   bool peer = false;
-  gpu::GpuSubject::Timing timing;
+  Timing timing;
   int input_sets = 0;
 };
 
@@ -93,10 +93,8 @@ int run_bench(const BenchOptions& options) {
     std::optional<double> cudnn_ms;
     for (Subject* subject : order) {
       const bool is_peer = subject == peer;
-      auto* gpu_subject = dynamic_cast<gpu::GpuSubject*>(subject);
       std::string why;
-      if (!gpu_subject) why = "not timed: a CPU subject";
-      else if (auto reason = unsupported_reason(subject->capabilities(), p)) why = "outside its domain: " + *reason;
+      if (auto reason = unsupported_reason(subject->capabilities(), p)) why = "outside its domain: " + *reason;
       if (!why.empty()) {
         if (!options.every_subject)
           fmt::print("{:<22} {:>9}  {} ({})\n", subject->name(), "-", to_line(p), why);
@@ -104,7 +102,13 @@ int run_bench(const BenchOptions& options) {
       }
       Row row{std::string(subject->name()), is_peer, {}, input_sets_for(p, ceilings, options.input_sets)};
       try {
-        row.timing = gpu_subject->time(p, inputs, options.warmup, options.repeats, row.input_sets);
+        std::optional<Timing> timing = subject->time(p, inputs, options.warmup, options.repeats, row.input_sets);
+        if (!timing) {
+          if (!options.every_subject)
+            fmt::print("{:<22} {:>9}  {} (not timed: a CPU subject)\n", subject->name(), "-", to_line(p));
+          continue;
+        }
+        row.timing = std::move(*timing);
       } catch (const std::exception& error) {
         fmt::print("{:<22} {:>9}  {} (failed: {})\n", subject->name(), "-", to_line(p), error.what());
         ++failed;

@@ -182,7 +182,7 @@ RunResult GpuSubject::run(const Problem& p, const Inputs& in) {
   return result;
 }
 
-GpuSubject::Timing GpuSubject::time(const Problem& p, const Inputs& in, int warmup, int repeats, int input_sets) {
+std::optional<Timing> GpuSubject::time(const Problem& p, const Inputs& in, int warmup, int repeats, int input_sets) {
   if (auto reason = unsupported_reason(capabilities(), p)) throw std::invalid_argument(*reason);
   if (auto refusal = device_refusal(capabilities())) throw std::invalid_argument(*refusal);
   const CallSite site{std::string(name()), to_line(p)};
@@ -233,13 +233,7 @@ GpuSubject::Timing GpuSubject::time(const Problem& p, const Inputs& in, int warm
   }
   std::vector<float> times;
   for (int n = 0; n < repeats; ++n) times.push_back(timed_launch());
-  Timing timing;
-  timing.samples_ms = times;
-  std::sort(times.begin(), times.end());
-  timing.median_ms = times[times.size() / 2];
-  timing.min_ms = times.front();
-  timing.max_ms = times.back();
-  return timing;
+  return summarise(std::move(times));
 }
 
 }  // namespace flashcheck::gpu

@@ -51,11 +51,8 @@ class GpuSubject : public Subject {
   /// launches, over `repeats` launches cycling through `input_sets` copies of
   /// the inputs (so that caches do not flatter). Throws CudaError or
   /// std::invalid_argument.
-  struct Timing {
-    double median_ms = 0, min_ms = 0, max_ms = 0;
-    std::vector<float> samples_ms;  // in launch order
-  };
-  Timing time(const Problem& problem, const Inputs& inputs, int warmup, int repeats, int input_sets);
+  std::optional<Timing> time(const Problem& problem, const Inputs& inputs, int warmup, int repeats,
+                             int input_sets) override;
 
  protected:
   /// Enqueues the kernel(s) on args.stream. Throws CudaError on a failed call
