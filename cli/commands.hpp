@@ -35,8 +35,13 @@ struct RunOptions {
   std::int64_t max_rows = 1024;
   bool quiet = false;
   bool no_peer = false;
+  bool kokkos = false;  // also compare with the Kokkos reference
 };
 int run_cases(const RunOptions& options);
+
+/// Registers the external workers that `external`, $FLASHCHECK_EXTERNAL or a
+/// parent process named, once; a worker that fails to start throws.
+void ensure_external_registered();
 
 /// Adds `list` to the app; the returned flag is set when it was chosen.
 void add_list(CLI::App& app, int& exit_code);
@@ -46,5 +51,6 @@ void add_bench(CLI::App& app, int& exit_code);
 void add_fuzz(CLI::App& app, int& exit_code);
 void add_replay(CLI::App& app, int& exit_code);
 void add_report(CLI::App& app, int& exit_code);
+void add_external(CLI::App& app, int& exit_code);
 
 }  // namespace flashcheck::cli

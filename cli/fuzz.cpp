@@ -60,7 +60,10 @@ void add_fuzz(CLI::App& app, int& exit_code) {
   });
   CLI::App* worker = app.add_subcommand("fuzz-worker", "");  // internal: the sweep's worker process
   worker->group("");
-  worker->callback([&exit_code] { exit_code = fuzz::run_worker(); });
+  worker->callback([&exit_code] {
+    ensure_external_registered();  // the driver's external subjects, from its environment
+    exit_code = fuzz::run_worker();
+  });
 }
 
 void add_replay(CLI::App& app, int& exit_code) {

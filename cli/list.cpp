@@ -9,6 +9,7 @@ namespace flashcheck::cli {
 void add_list(CLI::App& app, int& exit_code) {
   auto* command = app.add_subcommand("list", "Print the registered subjects and their capability domains");
   command->callback([&exit_code] {
+    ensure_external_registered();
     const auto& subjects = Registry::instance().subjects();
     fmt::print("{} subject(s):\n", subjects.size());
     for (Subject* subject : subjects) {

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   flashcheck::cli::add_fuzz(app, exit_code);
   flashcheck::cli::add_replay(app, exit_code);
   flashcheck::cli::add_report(app, exit_code);
+  flashcheck::cli::add_external(app, exit_code);
   // CLI11 reports an unknown command only as "a subcommand is required": name it.
   const auto is_command = [&app](std::string_view name) {
     for (const CLI::App* command : app.get_subcommands({}))
@@ -25,7 +26,7 @@ int main(int argc, char** argv) {
     return false;
   };
   if (argc > 1 && argv[1][0] != '-' && !is_command(argv[1])) {
-    fmt::print(stderr, "flashcheck: unknown command '{}' (commands: list, run, bench, bench-oracle, fuzz, replay, report; see flashcheck --help)\n",
+    fmt::print(stderr, "flashcheck: unknown command '{}' (commands: list, run, bench, bench-oracle, fuzz, replay, report, external; see flashcheck --help)\n",
                argv[1]);
     return flashcheck::cli::kExitBadInput;
   }

@@ -29,6 +29,7 @@ std::vector<Problem> read_problems(const std::vector<std::string>& lines, const 
 }
 
 std::vector<Subject*> resolve_subjects(const std::vector<std::string>& names, bool* every) {
+  ensure_external_registered();
   std::vector<Subject*> subjects;
   if (every) *every = false;
   for (const auto& name : names) {

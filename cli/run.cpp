@@ -1,5 +1,6 @@
 #include <fmt/core.h>
 
+#include <cmath>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -8,7 +9,9 @@
 #include "cli/commands.hpp"
 #include "core/record.hpp"
 #include "core/subject.hpp"
+#include "core/values.hpp"
 #include "oracles/judge.hpp"
+#include "oracles/kokkos/kokkos_reference.hpp"
 
 namespace flashcheck::cli {
 namespace {
@@ -47,6 +50,52 @@ void print_case(const CaseResult& r) {
   else fmt::print("{}", explain(r));
 }
 
+/// The worst disagreement between two sets of rows: the largest |a - b| over
+/// O (NaN against a number counts as infinite), and where it is.
+struct Disagreement {
+  double o_max = 0, lse_max = 0;
+  std::int64_t b = 0, h = 0, r = 0, c = 0;
+};
+Disagreement disagreement(const AttentionRows& a, const AttentionRows& b) {
+  Disagreement d;
+  const auto gap = [](double x, double y) {
+    if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && std::isnan(y) ? 0.0 : HUGE_VAL;
+    return x == y ? 0.0 : std::fabs(x - y);  // equal infinities agree
+  };
+  for (std::int64_t bi = 0; bi < a.batch; ++bi)
+    for (std::int64_t hi = 0; hi < a.heads; ++hi)
+      for (std::int64_t ri = 0; ri < a.rows.size(); ++ri) {
+        for (std::int64_t c = 0; c < a.dim_v; ++c) {
+          const double g = gap(a.o_row(bi, hi, ri)[c], b.o_row(bi, hi, ri)[c]);
+          if (g > d.o_max) d = {g, d.lse_max, bi, hi, ri, c};
+        }
+        if (a.has_lse && b.has_lse) d.lse_max = std::max(d.lse_max, gap(a.lse[a.index(bi, hi, ri)], b.lse[b.index(bi, hi, ri)]));
+      }
+  return d;
+}
+
+/// Cross-oracle triangulation of one case: the subject against cpu_f64 and
+/// against the Kokkos reference (an independent online-softmax code), and the
+/// two references against each other, on the rows the case checked.
+void print_triangulation(const CaseResult& r) {
+  const Inputs inputs = generate_inputs(r.problem);
+  const AttentionRows kokkos = kokkos_reference(r.problem, inputs, r.rows, Accumulation::f64);
+  const AttentionRows subject = gather_rows(r.problem, r.outputs, r.rows);
+  const Disagreement refs = disagreement(r.reference, kokkos);
+  const Disagreement vs_f64 = disagreement(subject, r.reference);
+  const Disagreement vs_kokkos = disagreement(subject, kokkos);
+  fmt::print("  triangulation ({}), max |difference| over O (LSE):\n", kokkos_description());
+  fmt::print("    cpu_f64 vs kokkos_f64  {:.3e} ({:.3e})\n", refs.o_max, refs.lse_max);
+  fmt::print("    subject vs cpu_f64     {:.3e} ({:.3e})\n", vs_f64.o_max, vs_f64.lse_max);
+  fmt::print("    subject vs kokkos_f64  {:.3e} ({:.3e})\n", vs_kokkos.o_max, vs_kokkos.lse_max);
+  if (vs_f64.o_max > 0) {
+    const auto& w = vs_f64;
+    fmt::print("    worst O element (b={} h={} row={} col={}): subject {:.6g}, cpu_f64 {:.6g}, kokkos_f64 {:.6g}\n", w.b,
+               w.h, r.rows.rows[static_cast<std::size_t>(w.r)], w.c, subject.o_row(w.b, w.h, w.r)[w.c],
+               r.reference.o_row(w.b, w.h, w.r)[w.c], kokkos.o_row(w.b, w.h, w.r)[w.c]);
+  }
+}
+
 }  // namespace
 
 int run_cases(const RunOptions& options) {
@@ -59,6 +108,9 @@ int run_cases(const RunOptions& options) {
   JudgeOptions judge_options;
   judge_options.max_rows = options.max_rows;
   judge_options.with_peer = !options.no_peer;
+  judge_options.keep_outputs = options.kokkos;
+  if (options.kokkos && !kokkos_available())
+    throw std::runtime_error("--kokkos: this build has no Kokkos reference (install libtrilinos-kokkos-dev, reconfigure)");
   int passed = 0, failed = 0, unsupported = 0;
   const bool single = problems.size() * subjects.size() == 1;
   for (const Problem& problem : problems) {
@@ -74,6 +126,7 @@ int run_cases(const RunOptions& options) {
       if (!options.quiet || !result.passed()) {
         fmt::print("\n== {}  {}\n", subject->name(), to_line(problem));
         if (result.ran()) print_case(result);
+        if (result.ran() && options.kokkos) print_triangulation(result);
         else fmt::print("  verdict: FAIL -- subject returned {}\n{}", to_string(result.status), explain(result));
       } else {
         fmt::print("PASS  {:<12} {}\n", subject->name(), to_line(problem));
@@ -107,6 +160,9 @@ void add_run(CLI::App& app, int& exit_code) {
   command->add_flag("--no-peer", options->no_peer,
                     "Do not run the peer (cuDNN) beside the subject: under compute-sanitizer, so that its\n"
                     "findings are the subject's own");
+  command->add_flag("--kokkos", options->kokkos,
+                    "Also triangulate: the subject against the Kokkos reference, and cpu_f64 against it, on the\n"
+                    "checked rows (to tell a subject's bug from an oracle's)");
   command->callback([options, &exit_code] { exit_code = run_cases(*options); });
 }
 

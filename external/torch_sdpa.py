@@ -1,0 +1,350 @@
+#!/usr/bin/env python3
+"""flashcheck's reference external worker: PyTorch's scaled-dot-product
+attention backends as four subjects (docs/external-subjects.md):
+
+  torch-flash      FlashAttention-2 inside PyTorch (aten::_flash_attention_forward)
+  torch-efficient  the memory-efficient (xFormers/CUTLASS) kernel
+                   (aten::_efficient_attention_forward)
+  torch-cudnn      cuDNN's SDPA through PyTorch (aten::_scaled_dot_product_cudnn_attention)
+  torch-math       the reference composite (torch.nn.functional.scaled_dot_product_attention
+                   under sdpa_kernel(MATH)); returns no LSE
+
+Usage, one subject per process: flashcheck external --cmd 'python3 external/torch_sdpa.py'
+--name torch-flash run ... (or --config external/torch_sdpa.json for all four).
+
+The fused backends are called through their aten operators, not through the
+public function, so that the subject is one kernel (the public function picks
+whichever backend it prefers) and its LSE comes from the same launch as O.
+torch's own eligibility checks (torch.backends.cuda.can_use_*_attention)
+run first, and their reasons become `unsupported` answers.
+
+Masks, per backend (flashcheck's definitions: core/problem.hpp):
+  flash      none; causal_br and window as FlashAttention's window_size
+             (bottom-right aligned, as flashcheck's); causal_tl only when
+             seqlen_q == seqlen_kv (FlashAttention has no top-left causal).
+  efficient  none; causal_tl and causal_br as its custom_mask_type 1 and 2;
+             window and per-sequence lengths as an additive -inf bias.
+  cudnn      none; causal_tl as is_causal (top-left in cuDNN); causal_br,
+             window and per-sequence lengths as an additive -inf bias.
+  math       causal_tl as is_causal; every other mask as a boolean mask.
+Outputs are returned as the backend computes them, with two representation
+mappings only: LSE padding and trailing unit dimensions are cut off, and
+FlashAttention-2's +inf LSE sentinel for a row that sees no key (its
+documented convention) becomes flashcheck's -inf. Nothing else is mapped: a
+NaN, a nonzero row where every key is masked, or an LSE of 0 for such a row
+is returned as it came, for flashcheck to judge.
+"""
+import json
+import math
+import sys
+import time
+import traceback
+import warnings
+
+PROTOCOL = 1
+SUBJECTS = ("torch-flash", "torch-efficient", "torch-cudnn", "torch-math")
+
+
+def log(*args):
+    print("torch_sdpa:", *args, file=sys.stderr, flush=True)
+
+
+def reply(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+class Unsupported(Exception):
+    pass
+
+
+def capabilities(subject, torch):
+    """Each backend's domain in torch 2.11 (its sdp_utils checks; observed on the H200)."""
+    major, minor = torch.cuda.get_device_capability()
+    common = {"layouts": ["bhsd", "bshd"], "needs_gpu": True, "empty_sequences": False, "tile_q": 128,
+              "tile_kv": 128}
+    if subject == "torch-flash":
+        return dict(common, dtypes=["f16", "bf16"], head_dims=[8, 32, 64, 72, 96, 128, 192, 256],
+                    head_dim_v_equal=True, masks=["none", "causal_tl", "causal_br", "window"], gqa=True,
+                    varlen=False, lse=True, min_compute_capability=80,
+                    known_deviations="causal_tl only where seqlen_q == seqlen_kv; +inf LSE of key-less rows "
+                                     "mapped to -inf")
+    if subject == "torch-efficient":
+        return dict(common, dtypes=["f32", "f16", "bf16"], head_dims=[8, 16, 32, 64, 96, 128, 256, 512],
+                    max_head_dim_v=512, masks=["none", "causal_tl", "causal_br", "window"], gqa=False, varlen=True,
+                    lse=True, min_compute_capability=50,
+                    known_deviations="head dims (and dv) multiples of 8; window and per-sequence lengths as an "
+                                     "additive -inf bias")
+    if subject == "torch-cudnn":
+        return dict(common, dtypes=["f16", "bf16"], head_dims=[8, 32, 64, 72, 96, 128, 192, 256],
+                    max_head_dim_v=256, masks=["none", "causal_tl", "causal_br", "window"], gqa=True, varlen=True,
+                    lse=True, min_compute_capability=80,
+                    known_deviations="dv a multiple of 8; seqlen_kv 1 refused by torch; causal_br, window and "
+                                     "per-sequence lengths as an additive -inf bias")
+    return dict(common, dtypes=["f32", "f16", "bf16"], min_head_dim=1, max_head_dim=512, max_head_dim_v=512,
+                masks=["none", "causal_tl", "causal_br", "window"], gqa=True, varlen=True, lse=False,
+                min_compute_capability=0,
+                known_deviations="no LSE; f16/bf16 computed in f32 (torch's math backend upcasts)")
+
+
+class Backend:
+    def __init__(self, subject):
+        import numpy
+        import torch
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        self.np, self.torch, self.F = numpy, torch, F
+        self.SDPBackend, self.sdpa_kernel = SDPBackend, sdpa_kernel
+        self.subject = subject
+        if not torch.cuda.is_available():
+            raise RuntimeError("no CUDA device visible to torch")
+        self.device = torch.device("cuda")
+        self.dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+
+    def version(self):
+        torch = self.torch
+        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+        return (f"torch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN {cudnn}), "
+                f"{torch.cuda.get_device_name()}")
+
+    # ---- inputs and outputs ------------------------------------------------
+    def load(self, path, shape):
+        np, torch = self.np, self.torch
+        array = np.load(path)
+        if shape["dtype"] == "bf16":
+            tensor = torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+        else:
+            tensor = torch.from_numpy(array)
+        tensor = tensor.to(self.device)
+        # Storage order -> [B, H, S, D] view.
+        return tensor.transpose(1, 2) if shape["layout"] == "bshd" else tensor
+
+    def save_o(self, o_bhsd, shape, path):
+        np = self.np
+        o = o_bhsd.transpose(1, 2) if shape["layout"] == "bshd" else o_bhsd
+        o = o.to(self.dtypes[shape["dtype"]]).contiguous().cpu()
+        if shape["dtype"] == "bf16":
+            array = o.view(self.torch.int16).numpy().view(np.uint16)
+        else:
+            array = o.numpy()
+        np.save(path, array)
+
+    def save_lse(self, lse, path):
+        self.np.save(path, lse.float().contiguous().cpu().numpy())
+
+    # ---- masks ---------------------------------------------------------------
+    def visible(self, shape):
+        """[B, 1, Sq, Skv] booleans: which keys each query may see (flashcheck's rule)."""
+        torch = self.torch
+        b, sq, skv = shape["batch"], shape["seqlen_q"], shape["seqlen_kv"]
+        lens_q = shape["lens_q"] or [sq] * b
+        lens_kv = shape["lens_kv"] or [skv] * b
+        i = torch.arange(sq, device=self.device).view(1, sq, 1)
+        j = torch.arange(skv, device=self.device).view(1, 1, skv)
+        lq = torch.tensor(lens_q, device=self.device).view(b, 1, 1)
+        lk = torch.tensor(lens_kv, device=self.device).view(b, 1, 1)
+        offset = lk - lq
+        ok = j < lk
+        mask = shape["mask"]
+        if mask == "causal_tl":
+            ok = ok & (j <= i)
+        elif mask == "causal_br":
+            ok = ok & (j <= i + offset)
+        elif mask == "window":
+            left, right = shape["window_left"], shape["window_right"]
+            if left >= 0:
+                ok = ok & (j >= i + offset - left)
+            if right >= 0:
+                ok = ok & (j <= i + offset + right)
+        return ok.view(b, 1, sq, skv)
+
+    def bias(self, shape, dtype, heads, align=1):
+        """The additive form of visible(): 0 or -inf, [B, H, Sq, Skv], its rows padded to `align`."""
+        torch = self.torch
+        ok = self.visible(shape)
+        b, sq, skv = shape["batch"], shape["seqlen_q"], shape["seqlen_kv"]
+        padded = -(-skv // align) * align
+        bias = torch.zeros(b, 1, sq, padded, dtype=dtype, device=self.device)
+        bias[..., :skv].masked_fill_(~ok, float("-inf"))
+        return bias[..., :skv].expand(b, heads, sq, skv)
+
+    def no_key_rows(self, shape):
+        return ~self.visible(shape).any(dim=-1)  # [B, 1, Sq]
+
+    def eligible(self, check, q, k, v, mask, causal, gqa):
+        torch = self.torch
+        params = torch.backends.cuda.SDPAParams(q, k, v, mask, 0.0, causal, gqa)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ok = check(params, True)
+        if not ok:
+            reasons = "; ".join(str(w.message).strip() for w in caught) or "torch declined"
+            raise Unsupported(reasons)
+
+    # ---- the call ------------------------------------------------------------
+    def prepare(self, shape, q, k, v):
+        """A closure that makes one call and returns (O [B,H,Sq,Dv], LSE [B,H,Sq] or None)."""
+        torch = self.torch
+        scale = shape["softmax_scale"]
+        gqa = shape["heads_q"] != shape["heads_kv"]
+        mask = shape["mask"]
+        sq, skv = shape["seqlen_q"], shape["seqlen_kv"]
+        if self.subject == "torch-flash":
+            if mask == "causal_tl" and sq != skv:
+                raise Unsupported("FlashAttention's causal mask is bottom-right aligned; top-left only where "
+                                  "seqlen_q == seqlen_kv")
+            self.eligible(torch.backends.cuda.can_use_flash_attention, q, k, v, None, False, gqa)
+            left, right = -1, -1
+            if mask in ("causal_tl", "causal_br"):
+                right = 0
+            elif mask == "window":
+                left, right = shape["window_left"], shape["window_right"]
+            qs, ks, vs = (t.transpose(1, 2) for t in (q, k, v))  # [B, S, H, D]
+
+            def call():
+                out = torch.ops.aten._flash_attention_forward(
+                    qs, ks, vs, None, None, sq, skv, 0.0, False, False, scale=scale,
+                    window_size_left=left, window_size_right=right)
+                return out[0].transpose(1, 2), out[1]
+            rows = self.no_key_rows(shape)
+
+            def finish(o, lse):  # FlashAttention-2's +inf sentinel of a key-less row -> -inf
+                return o, torch.where(rows & torch.isposinf(lse), float("-inf"), lse)
+            return call, finish
+        if self.subject == "torch-efficient":
+            self.eligible(torch.backends.cuda.can_use_efficient_attention, q, k, v, None, False, gqa)
+            custom = {"none": 0, "causal_tl": 1, "causal_br": 2}.get(mask)
+            bias = None
+            if custom is None or shape["lens_q"] or shape["lens_kv"]:
+                custom = 0
+                bias = self.bias(shape, q.dtype, shape["heads_q"], align=16)
+            qs, ks, vs = (t.transpose(1, 2) for t in (q, k, v))
+
+            def call():
+                out = torch.ops.aten._efficient_attention_forward(
+                    qs, ks, vs, bias, None, None, None, None, 0.0, custom, True, scale=scale)
+                return out[0].transpose(1, 2), out[1][..., :sq]
+            return call, None
+        if self.subject == "torch-cudnn":
+            causal = mask == "causal_tl" and not (shape["lens_q"] or shape["lens_kv"])
+            bias = None
+            if mask != "none" and not causal or shape["lens_q"] or shape["lens_kv"]:
+                bias = self.bias(shape, q.dtype, shape["heads_q"])
+            self.eligible(torch.backends.cuda.can_use_cudnn_attention, q, k, v, bias, causal, gqa)
+
+            def call():
+                out = torch.ops.aten._scaled_dot_product_cudnn_attention(
+                    q, k, v, bias, True, 0.0, causal, False, scale=scale)
+                return out[0], out[1].reshape(q.shape[0], q.shape[1], sq)
+            return call, None
+        # torch-math: the public function, pinned to the math backend.
+        causal = mask == "causal_tl" and not (shape["lens_q"] or shape["lens_kv"])
+        attn_mask = None if mask == "none" and not (shape["lens_q"] or shape["lens_kv"]) or causal \
+            else self.visible(shape)
+
+        def call():
+            with self.sdpa_kernel(self.SDPBackend.MATH):
+                return self.F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal,
+                                                           scale=scale, enable_gqa=gqa), None
+        return call, None
+
+    def run(self, request):
+        torch = self.torch
+        shape = request["shape"]
+        q, k, v = (self.load(request["inputs"][key], shape) for key in ("q", "k", "v"))
+        call, finish = self.prepare(shape, q, k, v)
+        timing = request.get("timing")
+        if timing:
+            return {"times_ms": self.time(shape, call, q, k, v, timing)}
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        o, lse = call()
+        stop.record()
+        torch.cuda.synchronize()
+        if finish:
+            o, lse = finish(o, lse)
+        self.save_o(o, shape, request["outputs"]["o"])
+        if lse is not None:
+            self.save_lse(lse, request["outputs"]["lse"])
+        return {"time_ms": start.elapsed_time(stop)}
+
+    def time(self, shape, call, q, k, v, timing):
+        """CUDA-event times of the call alone; the inputs' copies rotate only
+        through the closure's own tensors, so input_sets > 1 re-prepares."""
+        torch = self.torch
+        sets = [call]
+        for _ in range(1, max(1, timing.get("input_sets", 1))):
+            copy = [t.clone() for t in (q, k, v)]
+            sets.append(self.prepare(shape, *copy)[0])
+        for n in range(timing["warmup"]):
+            sets[n % len(sets)]()
+        torch.cuda.synchronize()
+        times = []
+        for n in range(timing["repeats"]):
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            sets[n % len(sets)]()
+            stop.record()
+            stop.synchronize()
+            times.append(start.elapsed_time(stop))
+        return times
+
+
+def main():
+    backend = None
+    for line in sys.stdin:
+        try:
+            request = json.loads(line)
+        except ValueError:
+            reply({"type": "error", "message": "malformed request"})
+            continue
+        kind = request.get("type")
+        if kind == "hello":
+            subject = request.get("subject")
+            if request.get("protocol") != PROTOCOL:
+                reply({"type": "error", "message": f"this worker speaks protocol {PROTOCOL}"})
+                continue
+            if subject not in SUBJECTS:
+                reply({"type": "error", "message": f"unknown subject {subject!r}; this worker serves "
+                                                   f"{', '.join(SUBJECTS)}"})
+                continue
+            try:
+                backend = Backend(subject)
+                caps = capabilities(subject, backend.torch)
+                version = backend.version()
+            except Exception as error:  # no torch, no GPU: the handshake says so
+                reply({"type": "error", "message": f"{type(error).__name__}: {error}"})
+                continue
+            reply({"type": "hello", "protocol": PROTOCOL, "subject": subject,
+                   "description": f"PyTorch SDPA backend {subject.split('-', 1)[1]} (external worker)",
+                   "version": version, "capabilities": caps})
+            continue
+        if kind != "run" or backend is None:
+            reply({"type": "result", "id": request.get("id"), "status": "error",
+                   "message": "a run request before the handshake" if backend is None else f"unknown request {kind!r}"})
+            continue
+        started = time.perf_counter()
+        try:
+            answer = backend.run(request)
+            answer.update({"type": "result", "id": request["id"], "status": "ok"})
+        except Unsupported as why:
+            answer = {"type": "result", "id": request["id"], "status": "unsupported", "reason": str(why)}
+        except RuntimeError as error:
+            text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            # torch's own refusals (TORCH_CHECK on shapes, alignment) are outside its domain, not failures.
+            if "CUDA" in text or "illegal" in text.lower():
+                answer = {"type": "result", "id": request["id"], "status": "error", "message": text}
+            else:
+                answer = {"type": "result", "id": request["id"], "status": "unsupported",
+                          "reason": f"torch refused: {text}"}
+            log(traceback.format_exc().strip().splitlines()[-1])
+        except Exception as error:
+            answer = {"type": "result", "id": request["id"], "status": "error",
+                      "message": f"{type(error).__name__}: {error}"}
+            log(traceback.format_exc())
+        answer["worker_ms"] = (time.perf_counter() - started) * 1e3
+        reply(answer)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""`flashcheck external` end to end (ctest label `external`), with the fake
+worker: run, list, a fuzz sweep over good and misbehaving workers, and the
+one-line errors. Usage: external_cli_test.py PATH/TO/flashcheck"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+BINARY = sys.argv.pop(1) if len(sys.argv) > 1 else "flashcheck"
+HERE = os.path.dirname(os.path.abspath(__file__))
+FAKE = os.path.join(HERE, "fake_worker.py")
+TAG = f"flashcheck-cli-test-{os.getpid()}"  # marks this test's workers, to find leftovers
+PYTHON = sys.executable
+
+
+def fake(mode="good", at=1):
+    return f"{PYTHON} {FAKE} --mode {mode} --at {at} --tag {TAG}"
+
+
+def flashcheck(*args, timeout=300):
+    return subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def leftover_workers():
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return [line for line in ps.splitlines() if TAG in line and "ps -eo" not in line]
+
+
+class External(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+        deadline = time.monotonic() + 5
+        while leftover_workers() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(leftover_workers(), [], "a worker outlived flashcheck")
+
+    def config(self, workers):
+        path = os.path.join(self.dir, "workers.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"workers": [{"name": name, "cmd": cmd} for name, cmd in workers]}, f)
+        return path
+
+    def test_run_judges_a_worker_against_the_oracle(self):
+        run = flashcheck("external", "--cmd", fake(), "--name", "fake", "run", "-s", "fake", "-p",
+                         "b=2 hq=4 hkv=2 sq=11 skv=19 d=16 dtype=bf16 layout=bshd mask=causal_br dseed=2")
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.assertIn("verdict: PASS", run.stdout)
+        self.assertIn("subject: fake 1.0", run.stdout)
+
+    def test_list_shows_the_declared_domain(self):
+        run = flashcheck("external", "--config", self.config([("fake-a", fake()), ("fake-b", fake())]), "list")
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertRegex(run.stdout, r"fake-a .*fake worker \(good\) \[external: ")
+        self.assertIn("dtypes=f32,f16,bf16 d=8,16", run.stdout)
+        self.assertIn("fake-b", run.stdout)
+
+    def test_fuzz_records_each_misbehaviour_and_goes_on(self):
+        config = self.config([("fake-good", fake()), ("fake-crash", fake("crash", 2)), ("fake-hang", fake("hang", 2)),
+                              ("fake-garbage", fake("garbage", 2))])
+        out = os.path.join(self.dir, "sweep")
+        run = flashcheck("external", "--config", config, "--watchdog", "3", "fuzz", "--subjects",
+                         "fake-good,fake-crash,fake-hang,fake-garbage,cpu-lowp", "--cases", "40", "--seed", "7",
+                         "--shrink-runs", "0", "--out", out, timeout=600)
+        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)  # failures were found
+        self.assertRegex(run.stdout, r"sweep summary: 40 case\(s\)")
+        with open(os.path.join(out, "records.jsonl"), encoding="utf-8") as f:
+            got = [json.loads(line) for line in f]
+        self.assertEqual(len(got), 40)
+        by = {}
+        for r in got:
+            by.setdefault(r["subject"], []).append(r)
+        self.assertEqual(set(by), {"fake-good", "fake-crash", "fake-hang", "fake-garbage", "cpu-lowp"})
+        for name in ("fake-good", "cpu-lowp"):
+            self.assertTrue(all(r["verdict"] in ("pass", "unsupported") for r in by[name]), by[name])
+        # Every worker answers its first case and misbehaves on its second;
+        # the sweep's worker process lives on, and so each misbehaviour
+        # shows once per sweep worker.
+        expected = {"fake-crash": "killed by signal 11", "fake-hang": "within 3 s (watchdog)",
+                    "fake-garbage": "malformed reply"}
+        for name, text in expected.items():
+            failed = [r for r in by[name] if r["verdict"] not in ("pass", "unsupported")]
+            self.assertTrue(failed, f"{name}: no failure recorded")
+            for r in failed:
+                self.assertIn(text, r.get("message", ""), r)
+                self.assertIn("--problem '", r["reproducer"])
+            self.assertTrue(any(r["verdict"] == "pass" for r in by[name]), f"{name}: never recovered")
+        self.assertTrue(os.path.exists(os.path.join(out, "corpus", "fake-crash.problems")))
+
+    def test_bad_workers_are_one_line_and_exit_2(self):
+        cases = [
+            (["--cmd", "flashcheck-no-such-worker", "--name", "x", "list"], "cannot run 'flashcheck-no-such-worker'"),
+            (["--cmd", fake("refuse"), "--name", "x", "list"], "refused the handshake"),
+            (["--cmd", fake("bad-caps"), "--name", "x", "list"], "unknown key 'warp_speed'"),
+            (["--cmd", fake(), "--name", "cpu-lowp", "list"], "the name is taken"),
+            (["--cmd", fake(), "--name", "two words", "list"], "without spaces"),
+            (["list"], "needs --cmd and --name, or --config"),
+            (["--cmd", fake(), "list"], "--name"),
+        ]
+        for args, text in cases:
+            with self.subTest(args=args):
+                run = flashcheck("external", *args)
+                self.assertEqual(run.returncode, 2, run.stdout + run.stderr)
+                self.assertIn(text, run.stderr)
+                self.assertEqual(len(run.stderr.strip().splitlines()), 1, run.stderr)
+
+    def test_environment_config_registers_for_any_command(self):
+        env = dict(os.environ, FLASHCHECK_EXTERNAL=self.config([("fake-env", fake())]))
+        run = subprocess.run([BINARY, "run", "-s", "fake-env", "-q", "-p", "b=1 hq=2 sq=5 skv=6 d=8 dtype=f16"],
+                             capture_output=True, text=True, timeout=120, env=env)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.assertIn("PASS  fake-env", run.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()

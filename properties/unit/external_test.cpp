@@ -1,0 +1,219 @@
+// External subjects (external/): the .npy files, the capabilities' JSON form,
+// and the worker protocol against properties/external/fake_worker.py, a
+// standard-library Python worker that answers correctly or misbehaves on
+// purpose (a crash, a hang, garbage, wrong shapes and dtypes, bad handshakes).
+// No GPU is needed.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/values.hpp"
+#include "external/npy.hpp"
+#include "external/subject.hpp"
+#include "oracles/judge.hpp"
+
+namespace flashcheck::external {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fake(const std::string& mode, int at = 1) {
+  return fmt::format("{} {} --mode {} --at {}", FLASHCHECK_PYTHON, FLASHCHECK_FAKE_WORKER, mode, at);
+}
+
+WorkerSpec spec(const std::string& mode, int at = 1, double watchdog = 0) {
+  WorkerSpec s;
+  s.name = "fake-" + mode;
+  s.command = fake(mode, at);
+  s.startup_seconds = 20;
+  s.watchdog_seconds = watchdog;
+  return s;
+}
+
+const Problem kSmall = parse_problem("b=1 hq=4 hkv=2 sq=9 skv=13 d=8 dtype=bf16 layout=bshd mask=causal_br dseed=3");
+
+TEST(Npy, RoundTripKeepsDescrShapeAndBytes) {
+  const fs::path path = fs::temp_directory_path() / "flashcheck-npy-test.npy";
+  const std::vector<std::uint16_t> data{1, 2, 3, 4, 5, 6};
+  write_npy(path, "<u2", {2, 3}, data.data(), data.size() * 2);
+  const NpyArray array = read_npy(path);
+  EXPECT_EQ(array.descr, "<u2");
+  EXPECT_EQ(array.shape, (std::vector<std::int64_t>{2, 3}));
+  ASSERT_EQ(array.bytes.size(), 12u);
+  EXPECT_EQ(std::memcmp(array.bytes.data(), data.data(), 12), 0);
+  const float one = 1.5f;
+  write_npy(path, "<f4", {1}, &one, 4);  // (1,) keeps its comma
+  EXPECT_EQ(read_npy(path).shape, (std::vector<std::int64_t>{1}));
+  fs::remove(path);
+}
+
+TEST(Npy, RefusesWhatIsNotAnArrayItCanRead) {
+  const fs::path path = fs::temp_directory_path() / "flashcheck-npy-bad.npy";
+  std::ofstream(path) << "hello";
+  EXPECT_THROW(read_npy(path), std::runtime_error);
+  const float data[4] = {};
+  write_npy(path, "<f4", {2, 3}, data, sizeof data);  // 4 floats for a 2x3 shape
+  try {
+    read_npy(path);
+    FAIL() << "a short file was read";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find("expected 24"), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(read_npy(fs::temp_directory_path() / "flashcheck-no-such.npy"), std::runtime_error);
+  fs::remove(path);
+}
+
+TEST(CapabilitiesJson, RoundTripsAndNamesBadKeys) {
+  Capabilities c;
+  c.dtypes = {DType::f16, DType::bf16};
+  c.masks = {MaskKind::none, MaskKind::window};
+  c.head_dims = {64, 128};
+  c.gqa = c.lse = c.needs_gpu = true;
+  c.max_seqlen_kv = 4096;
+  c.compute_dtype = DType::f16;
+  std::string deviations;
+  const Capabilities back = capabilities_from_json(to_json(c), deviations);
+  EXPECT_EQ(describe(back), describe(c));
+  for (const char* bad : {R"({"dtypes": ["f16"]})",                                // masks missing
+                          R"({"dtypes": ["f8"], "masks": ["none"]})",              // unknown dtype
+                          R"({"dtypes": ["f16"], "masks": ["none"], "gqa": 1})",   // wrong type
+                          R"({"dtypes": ["f16"], "masks": ["none"], "lse_out": true})",  // a typo
+                          R"({"dtypes": [], "masks": ["none"]})"}) {
+    EXPECT_THROW(capabilities_from_json(nlohmann::json::parse(bad), deviations), std::runtime_error) << bad;
+  }
+}
+
+TEST(ExternalWorker, GoodWorkerPassesTheOracle) {
+  ExternalSubject subject(spec("good"));
+  EXPECT_EQ(subject.name(), "fake-good");
+  EXPECT_EQ(subject.version_info(), "fake 1.0");
+  EXPECT_TRUE(subject.capabilities().lse);
+  for (const char* line : {"b=1 hq=4 hkv=2 sq=9 skv=13 d=8 dtype=bf16 layout=bshd mask=causal_br dseed=3",
+                           "b=2 hq=2 sq=17 skv=5 d=16 dtype=f16 mask=causal_br dseed=4",  // rows with no key
+                           "b=1 hq=1 sq=12 skv=12 d=16 dtype=f32 mask=window window=2,1 dseed=5",
+                           "b=1 hq=3 sq=7 skv=24 d=8 dtype=bf16 mask=causal_tl values=outliers(0.01,100)"}) {
+    const CaseResult result = judge(subject, parse_problem(line));
+    EXPECT_TRUE(result.passed()) << line << "\n" << explain(result);
+    EXPECT_TRUE(result.subject_metrics.has_lse) << line;
+  }
+}
+
+TEST(ExternalWorker, WrongNumbersFailTheOracle) {
+  ExternalSubject subject(spec("wrong-scale"));
+  const CaseResult result = judge(subject, parse_problem("b=1 hq=2 sq=16 skv=16 d=16 dtype=f32 dseed=9"));
+  EXPECT_EQ(result.status, Status::ok);
+  EXPECT_FALSE(result.passed()) << explain(result);
+}
+
+TEST(ExternalWorker, OutsideTheDomainIsRefusedWithoutAsking) {
+  ExternalSubject subject(spec("good"));
+  const RunResult result = subject.run(parse_problem("b=1 hq=1 sq=4 skv=4 d=64 dtype=f32"), {});
+  EXPECT_EQ(result.status, Status::unsupported);
+  EXPECT_NE(result.message.find("head_dim 64"), std::string::npos) << result.message;
+}
+
+TEST(ExternalWorker, UnsupportedAndErrorAnswersAreKept) {
+  ExternalSubject unsupported(spec("unsupported"));
+  RunResult result = unsupported.run(kSmall, generate_inputs(kSmall));
+  EXPECT_EQ(result.status, Status::unsupported);
+  EXPECT_NE(result.message.find("the fake supports nothing"), std::string::npos) << result.message;
+  ExternalSubject error(spec("error"));
+  result = error.run(kSmall, generate_inputs(kSmall));
+  EXPECT_EQ(result.status, Status::error);
+  EXPECT_NE(result.message.find("the fake failed, as asked"), std::string::npos) << result.message;
+}
+
+/// A misbehaving worker makes its case an error whose message contains
+/// `expected`; the case before it and the one after it (a restarted worker,
+/// or the same one) pass.
+void expect_failure_then_recovery(const std::string& mode, const std::string& expected, double watchdog = 0) {
+  SCOPED_TRACE(mode);
+  ExternalSubject subject(spec(mode, 2, watchdog));
+  const Inputs inputs = generate_inputs(kSmall);
+  EXPECT_EQ(subject.run(kSmall, inputs).status, Status::ok);
+  const auto start = std::chrono::steady_clock::now();
+  const RunResult failed = subject.run(kSmall, inputs);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(failed.status, Status::error);
+  EXPECT_NE(failed.message.find(expected), std::string::npos) << failed.message;
+  if (watchdog > 0) EXPECT_LT(seconds, watchdog + 5);
+  const CaseResult after = judge(subject, kSmall);
+  EXPECT_TRUE(after.passed()) << explain(after);
+}
+
+TEST(ExternalWorker, CrashIsAFailedCaseAndTheWorkerRestarts) {
+  expect_failure_then_recovery("crash", "killed by signal 11");
+}
+
+TEST(ExternalWorker, HangIsKilledByTheWatchdog) { expect_failure_then_recovery("hang", "within 2 s (watchdog)", 2); }
+
+TEST(ExternalWorker, GarbageIsAFailedCase) { expect_failure_then_recovery("garbage", "malformed reply"); }
+
+TEST(ExternalWorker, WrongShapeIsAFailedCase) {
+  expect_failure_then_recovery("wrong-shape", "returned O as '<u2' [1, 8, 4, 8], but the problem needs '<u2' [1, 9, 4, 8]");
+}
+
+TEST(ExternalWorker, WrongDtypeIsAFailedCase) {
+  expect_failure_then_recovery("wrong-dtype", "returned O as '<f4'");
+}
+
+TEST(ExternalWorker, WrongIdIsAFailedCase) { expect_failure_then_recovery("wrong-id", "answered case"); }
+
+TEST(ExternalWorker, MissingLseIsAFailedCase) { expect_failure_then_recovery("no-lse", "did not write it"); }
+
+TEST(ExternalWorker, BadStartsAreOneClearError) {
+  const auto expect_start_error = [](WorkerSpec s, const std::string& expected) {
+    try {
+      ExternalSubject subject(s);
+      ADD_FAILURE() << s.command << " started";
+    } catch (const std::runtime_error& error) {
+      EXPECT_NE(std::string(error.what()).find(expected), std::string::npos) << error.what();
+    }
+  };
+  expect_start_error(spec("bad-protocol"), "speaks protocol 99, this flashcheck speaks 1");
+  expect_start_error(spec("bad-caps"), "unknown key 'warp_speed'");
+  expect_start_error(spec("refuse"), "refused the handshake: no device here");
+  expect_start_error(spec("exit"), "exiting before the handshake");  // quoted from its stderr
+  expect_start_error(spec("noisy"), "malformed reply to the handshake");
+  WorkerSpec missing = spec("good");
+  missing.command = "flashcheck-no-such-worker --flag";
+  expect_start_error(missing, "cannot run 'flashcheck-no-such-worker'");
+  WorkerSpec piped = spec("good");
+  piped.command = fake("good") + " | tee log";
+  expect_start_error(piped, "unquoted shell operator");
+}
+
+TEST(ExternalWorker, ChildProcessesRegisterFromTheParentsHandshake) {
+  ExternalSubject parent(spec("good"));
+  const nlohmann::json registration = parent.registration();
+  WorkerSpec child_spec = spec("good");
+  ExternalSubject child(child_spec, registration.at("hello"));  // no handshake until its first case
+  EXPECT_EQ(describe(child.capabilities()), describe(parent.capabilities()));
+  const CaseResult result = judge(child, kSmall);
+  EXPECT_TRUE(result.passed()) << explain(result);
+}
+
+TEST(ExternalConfig, ReadsWorkersAndNamesBadEntries) {
+  const fs::path dir = fs::temp_directory_path() / "flashcheck-config-test";
+  fs::create_directories(dir / "sub");
+  std::ofstream(dir / "good.json") << R"({"workers": [{"name": "a", "cmd": "python3 w.py"},
+                                                     {"name": "b", "cmd": "w", "cwd": "sub", "watchdog_s": 7}]})";
+  const auto specs = read_config(dir / "good.json");
+  ASSERT_EQ(specs.size(), 2u);
+  EXPECT_EQ(specs[0].cwd, fs::absolute(dir));
+  EXPECT_EQ(specs[1].cwd, fs::absolute(dir) / "sub");
+  EXPECT_EQ(specs[1].watchdog_seconds, 7);
+  std::ofstream(dir / "typo.json") << R"({"workers": [{"name": "a", "command": "w"}]})";
+  EXPECT_THROW(read_config(dir / "typo.json"), std::runtime_error);
+  std::ofstream(dir / "broken.json") << R"({"workers": [)";
+  EXPECT_THROW(read_config(dir / "broken.json"), std::runtime_error);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace flashcheck::external
