@@ -125,9 +125,12 @@ int run_cases(const RunOptions& options) {
       }
       if (!options.quiet || !result.passed()) {
         fmt::print("\n== {}  {}\n", subject->name(), to_line(problem));
-        if (result.ran()) print_case(result);
-        if (result.ran() && options.kokkos) print_triangulation(result);
-        else fmt::print("  verdict: FAIL -- subject returned {}\n{}", to_string(result.status), explain(result));
+        if (result.ran()) {
+          print_case(result);
+          if (options.kokkos) print_triangulation(result);
+        } else {
+          fmt::print("  verdict: FAIL -- subject returned {}\n{}", to_string(result.status), explain(result));
+        }
       } else {
         fmt::print("PASS  {:<12} {}\n", subject->name(), to_line(problem));
       }

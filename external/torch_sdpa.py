@@ -144,7 +144,7 @@ class Backend:
         lq = torch.tensor(lens_q, device=self.device).view(b, 1, 1)
         lk = torch.tensor(lens_kv, device=self.device).view(b, 1, 1)
         offset = lk - lq
-        ok = j < lk
+        ok = (j < lk) & (i >= 0)  # [B, Sq, Skv]
         mask = shape["mask"]
         if mask == "causal_tl":
             ok = ok & (j <= i)
@@ -206,6 +206,8 @@ class Backend:
                     qs, ks, vs, None, None, sq, skv, 0.0, False, False, scale=scale,
                     window_size_left=left, window_size_right=right)
                 return out[0].transpose(1, 2), out[1]
+            if mask == "none":
+                return call, None
             rows = self.no_key_rows(shape)
 
             def finish(o, lse):  # FlashAttention-2's +inf sentinel of a key-less row -> -inf
@@ -258,7 +260,16 @@ class Backend:
             return {"times_ms": self.time(shape, call, q, k, v, timing)}
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        o, lse = call()
+        try:
+            o, lse = call()
+        except RuntimeError as error:
+            # The operator's own input checks (TORCH_CHECK: alignment, shapes)
+            # are torch's domain, beyond what can_use_* checks: unsupported.
+            # A CUDA error is a failure of the call.
+            text = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            if "CUDA error" in text or "illegal memory" in text.lower():
+                raise
+            raise Unsupported(f"torch refused: {text}")
         stop.record()
         torch.cuda.synchronize()
         if finish:
@@ -329,16 +340,7 @@ def main():
             answer.update({"type": "result", "id": request["id"], "status": "ok"})
         except Unsupported as why:
             answer = {"type": "result", "id": request["id"], "status": "unsupported", "reason": str(why)}
-        except RuntimeError as error:
-            text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            # torch's own refusals (TORCH_CHECK on shapes, alignment) are outside its domain, not failures.
-            if "CUDA" in text or "illegal" in text.lower():
-                answer = {"type": "result", "id": request["id"], "status": "error", "message": text}
-            else:
-                answer = {"type": "result", "id": request["id"], "status": "unsupported",
-                          "reason": f"torch refused: {text}"}
-            log(traceback.format_exc().strip().splitlines()[-1])
-        except Exception as error:
+        except Exception as error:  # the worker's own bugs included: a recorded failure, never hidden
             answer = {"type": "result", "id": request["id"], "status": "error",
                       "message": f"{type(error).__name__}: {error}"}
             log(traceback.format_exc())

@@ -52,6 +52,7 @@ class External(unittest.TestCase):
                          "b=2 hq=4 hkv=2 sq=11 skv=19 d=16 dtype=bf16 layout=bshd mask=causal_br dseed=2")
         self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
         self.assertIn("verdict: PASS", run.stdout)
+        self.assertNotIn("FAIL", run.stdout)  # one verdict per case, and it passed
         self.assertIn("subject: fake 1.0", run.stdout)
 
     def test_list_shows_the_declared_domain(self):
