@@ -53,6 +53,11 @@ void parse_shard(const std::string& text, int& shard, int& shards) {
 
 namespace detail {
 
+double number(const nlohmann::json& record, const char* key) {
+  const auto found = record.find(key);
+  return found != record.end() && found->is_number() ? found->get<double>() : 0.0;
+}
+
 bool failed(const nlohmann::json& record) {
   const std::string verdict = record.value("verdict", "error");
   return verdict != "pass" && verdict != "unsupported";
@@ -354,7 +359,7 @@ int run_sweep(const FuzzOptions& options) {
     std::ifstream in(budget_path);
     const auto saved = nlohmann::json::parse(in, nullptr, false);
     if (!saved.is_discarded() && saved.value("sweep", nlohmann::json()) == budget_key)
-      spent_before = saved.value("spent_seconds", 0.0);
+      spent_before = number(saved, "spent_seconds");
   }
   const auto save_budget = [&](double spent_now) {
     if (options.minutes <= 0) return;
@@ -437,11 +442,12 @@ int run_sweep(const FuzzOptions& options) {
     ++s.cases;
     ++ran;
     if (record.contains("timing_ms")) {
-      subject_ms += record["timing_ms"].value("subject", 0.0);
-      inputs_ms += record["timing_ms"].value("inputs", 0.0);
-      oracle_ms += record["timing_ms"].value("oracle", 0.0) + record["timing_ms"].value("baseline", 0.0);
+      const nlohmann::json& timing = record["timing_ms"];
+      subject_ms += number(timing, "subject");
+      inputs_ms += number(timing, "inputs");
+      oracle_ms += number(timing, "oracle") + number(timing, "baseline");
     }
-    s.worst_ratio = std::max(s.worst_ratio, record.value("worst_ratio", 0.0));
+    s.worst_ratio = std::max(s.worst_ratio, number(record, "worst_ratio"));
     if (!is_failure) {
       ++s.passed;
       return;

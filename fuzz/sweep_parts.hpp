@@ -37,6 +37,9 @@ std::string request(const std::string& key, const Subject& subject, const Proble
 
 /// True for a failed record (anything but pass and unsupported).
 bool failed(const nlohmann::json& record);
+/// A record's number at `key`, 0 where it is missing or null (NaN and
+/// infinities are written as null: JSON has no such numbers).
+double number(const nlohmann::json& record, const char* key);
 
 /// The per-case watchdog: `fixed` when set, else generous for the CPU
 /// oracle's cost at this size.
