@@ -51,12 +51,13 @@ void print_case(const CaseResult& r) {
 }
 
 /// The worst disagreement between two sets of rows: the largest |a - b| over
-/// O (NaN against a number counts as infinite), and where it is.
+/// O (NaN against a number counts as infinite), and where it is. Rows past a
+/// sequence's valid length are padding, and are skipped as the judge skips them.
 struct Disagreement {
   double o_max = 0, lse_max = 0;
   std::int64_t b = 0, h = 0, r = 0, c = 0;
 };
-Disagreement disagreement(const AttentionRows& a, const AttentionRows& b) {
+Disagreement disagreement(const Problem& p, const AttentionRows& a, const AttentionRows& b) {
   Disagreement d;
   const auto gap = [](double x, double y) {
     if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && std::isnan(y) ? 0.0 : HUGE_VAL;
@@ -65,6 +66,7 @@ Disagreement disagreement(const AttentionRows& a, const AttentionRows& b) {
   for (std::int64_t bi = 0; bi < a.batch; ++bi)
     for (std::int64_t hi = 0; hi < a.heads; ++hi)
       for (std::int64_t ri = 0; ri < a.rows.size(); ++ri) {
+        if (a.rows.rows[static_cast<std::size_t>(ri)] >= p.len_q(bi)) continue;
         for (std::int64_t c = 0; c < a.dim_v; ++c) {
           const double g = gap(a.o_row(bi, hi, ri)[c], b.o_row(bi, hi, ri)[c]);
           if (g > d.o_max) d = {g, d.lse_max, bi, hi, ri, c};
@@ -81,9 +83,9 @@ void print_triangulation(const CaseResult& r) {
   const Inputs inputs = generate_inputs(r.problem);
   const AttentionRows kokkos = kokkos_reference(r.problem, inputs, r.rows, Accumulation::f64);
   const AttentionRows subject = gather_rows(r.problem, r.outputs, r.rows);
-  const Disagreement refs = disagreement(r.reference, kokkos);
-  const Disagreement vs_f64 = disagreement(subject, r.reference);
-  const Disagreement vs_kokkos = disagreement(subject, kokkos);
+  const Disagreement refs = disagreement(r.problem, r.reference, kokkos);
+  const Disagreement vs_f64 = disagreement(r.problem, subject, r.reference);
+  const Disagreement vs_kokkos = disagreement(r.problem, subject, kokkos);
   fmt::print("  triangulation ({}), max |difference| over O (LSE):\n", kokkos_description());
   fmt::print("    cpu_f64 vs kokkos_f64  {:.3e} ({:.3e})\n", refs.o_max, refs.lse_max);
   fmt::print("    subject vs cpu_f64     {:.3e} ({:.3e})\n", vs_f64.o_max, vs_f64.lse_max);
