@@ -17,7 +17,8 @@ namespace {
 /// option before it runs any command's callback).
 struct ExternalOptions {
   std::string command, name, config;
-  double watchdog_seconds = 0, startup_seconds = 300;
+  double watchdog_seconds = 0, startup_seconds = 0;  // 0: the config's, else the default
+  bool used = false;  // `external` was on the command line
   bool registered = false;
 };
 
@@ -32,6 +33,8 @@ void ensure_external_registered() {
   ExternalOptions& options = external_options();
   if (options.registered) return;
   options.registered = true;
+  if (options.used && options.command.empty() && options.config.empty())
+    throw CLI::ValidationError("external", "needs --cmd and --name, or --config");
   external::register_from_environment();  // a parent's registrations, $FLASHCHECK_EXTERNAL
   std::vector<external::WorkerSpec> specs;
   if (!options.config.empty()) specs = external::read_config(options.config);
@@ -41,9 +44,9 @@ void ensure_external_registered() {
     spec.command = options.command;
     specs.push_back(spec);
   }
-  for (external::WorkerSpec& spec : specs) {
+  for (external::WorkerSpec& spec : specs) {  // the command line's limits override the config's
     if (options.watchdog_seconds > 0) spec.watchdog_seconds = options.watchdog_seconds;
-    spec.startup_seconds = options.startup_seconds;
+    if (options.startup_seconds > 0) spec.startup_seconds = options.startup_seconds;
   }
   if (!specs.empty()) external::register_workers(specs);
 }
@@ -64,15 +67,14 @@ void add_external(CLI::App& app, int& exit_code) {
                       "Seconds a worker may take per case before it is killed (default: 30 s + 1 s per 1e8 "
                       "multiply-adds)")
       ->check(CLI::PositiveNumber);
-  command->add_option("--startup-timeout", options.startup_seconds, "Seconds a worker may take to start and shake hands")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  command->add_option("--startup-timeout", options.startup_seconds,
+                      "Seconds a worker may take to start and shake hands (default: the config's, else 300)")
+      ->check(CLI::PositiveNumber);
   command->require_subcommand(1);
-  command->callback([command] {
-    if (external_options().command.empty() && external_options().config.empty())
-      throw CLI::ValidationError("external", "needs --cmd and --name, or --config");
-    (void)command;
-  });
+  // Checked when the workers are registered, before the command after
+  // `external` does anything (CLI11 runs a parent's callback after its
+  // subcommand's).
+  command->preparse_callback([](std::size_t) { external_options().used = true; });
   add_list(*command, exit_code);
   add_run(*command, exit_code);
   add_bench(*command, exit_code);

@@ -138,6 +138,10 @@ class Subject {
   /// heuristic). Returns false, changing nothing, where the subject has no such
   /// choice (Capabilities::split_kv is false) or cannot make that many.
   virtual bool set_split_count(int /*splits*/) { return false; }
+  /// Seconds a call may take on top of its work, which a watchdog around it
+  /// must allow: an external worker's start-up and its own per-case limit
+  /// (0 for in-process subjects).
+  virtual double startup_seconds() const { return 0; }
   /// Times `repeats` calls after `warmup` ones, cycling through `input_sets`
   /// copies of the inputs, the call alone measured (CUDA events for GPU
   /// subjects, the worker's own clock for external ones); nullopt when the

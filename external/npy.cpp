@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <stdexcept>
 
 namespace flashcheck::external {
@@ -123,10 +124,24 @@ NpyArray read_npy(const std::filesystem::path& path) {
   array.shape = parse_shape(header_value(header, "shape", path), path);
   const std::size_t item = item_bytes(array.descr);
   if (item == 0) throw std::runtime_error(fmt::format("{}: unsupported .npy dtype '{}'", path.string(), array.descr));
-  const std::size_t want = static_cast<std::size_t>(array.elements()) * item;
-  array.bytes.resize(want);
+  // The header is the worker's word: check its size against the file before
+  // allocating (a forged shape must not exhaust memory or overflow).
+  const auto data_start = static_cast<std::uintmax_t>(in.tellg());
+  std::error_code error;
+  const std::uintmax_t file_bytes = std::filesystem::file_size(path, error);
+  std::uintmax_t want = item;
+  for (std::int64_t extent : array.shape) {
+    if (extent != 0 && want > std::numeric_limits<std::uintmax_t>::max() / static_cast<std::uintmax_t>(extent))
+      throw std::runtime_error(fmt::format("{}: .npy shape {} is too large", path.string(), shape_text(array.shape)));
+    want *= static_cast<std::uintmax_t>(extent);
+  }
+  if (error || file_bytes < data_start || file_bytes - data_start != want)
+    throw std::runtime_error(fmt::format("{}: {} data bytes for shape {} of '{}', expected {}", path.string(),
+                                         error ? 0 : file_bytes - std::min(file_bytes, data_start),
+                                         shape_text(array.shape), array.descr, want));
+  array.bytes.resize(static_cast<std::size_t>(want));
   in.read(array.bytes.data(), static_cast<std::streamsize>(want));
-  if (static_cast<std::size_t>(in.gcount()) != want)
+  if (static_cast<std::uintmax_t>(in.gcount()) != want)
     throw std::runtime_error(fmt::format("{}: {} data bytes for shape {} of '{}', expected {}", path.string(),
                                          in.gcount(), shape_text(array.shape), array.descr, want));
   return array;

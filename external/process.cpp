@@ -53,14 +53,30 @@ WorkerProcess::WorkerProcess(const std::string& command, const std::filesystem::
   const std::vector<std::string> argv = split_command(command);
   // A write to a worker that has died must return EPIPE, not end flashcheck.
   ::signal(SIGPIPE, SIG_IGN);
-  int in[2], out[2], ready[2];
-  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(ready, O_CLOEXEC) != 0)
-    throw std::runtime_error(fmt::format("cannot create pipes: {}", std::strerror(errno)));
-  const int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log_fd < 0) throw std::runtime_error(fmt::format("cannot open {}: {}", log.string(), std::strerror(errno)));
+  int in[2] = {-1, -1}, out[2] = {-1, -1}, ready[2] = {-1, -1};
+  int log_fd = -1;
+  const auto close_all = [&] {
+    for (int fd : {in[0], in[1], out[0], out[1], ready[0], ready[1], log_fd})
+      if (fd >= 0) ::close(fd);
+  };
+  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(ready, O_CLOEXEC) != 0) {
+    const int error = errno;
+    close_all();
+    throw std::runtime_error(fmt::format("cannot create pipes: {}", std::strerror(error)));
+  }
+  log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    const int error = errno;
+    close_all();
+    throw std::runtime_error(fmt::format("cannot open {}: {}", log.string(), std::strerror(error)));
+  }
   const pid_t parent = ::getpid();
   pid_ = ::fork();
-  if (pid_ < 0) throw std::runtime_error(fmt::format("cannot fork: {}", std::strerror(errno)));
+  if (pid_ < 0) {
+    const int error = errno;
+    close_all();
+    throw std::runtime_error(fmt::format("cannot fork: {}", std::strerror(error)));
+  }
   if (pid_ == 0) {
     // The worker dies with flashcheck (a fuzz worker killed by its watchdog
     // must not leave a GPU process behind), in a group of its own so that a
@@ -93,7 +109,9 @@ WorkerProcess::WorkerProcess(const std::string& command, const std::filesystem::
   from_child_ = out[0];
   // The exec either succeeds (the close-on-exec pipe reads EOF) or reports errno.
   int error = 0;
-  const ssize_t got = ::read(ready[0], &error, sizeof error);
+  ssize_t got;
+  do got = ::read(ready[0], &error, sizeof error);
+  while (got < 0 && errno == EINTR);
   ::close(ready[0]);
   if (got == sizeof error) {
     kill();
@@ -166,8 +184,14 @@ std::optional<std::string> WorkerProcess::ended(double seconds) {
 }
 
 void WorkerProcess::kill() {
-  if (pid_ > 0 && !ending_) {
+  // The group first, even when the worker itself has been reaped: whatever it
+  // started (and that still holds its output, or the GPU) goes too. While the
+  // group has members its id cannot be reused.
+  if (pid_ > 0 && !group_killed_) {
     ::kill(-pid_, SIGKILL);
+    group_killed_ = true;
+  }
+  if (pid_ > 0 && !ending_) {
     ::kill(pid_, SIGKILL);
     int status = 0;
     if (::waitpid(pid_, &status, 0) == pid_) ending_ = describe_status(status);

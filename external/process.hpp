@@ -41,6 +41,7 @@ class WorkerProcess {
   int to_child_ = -1, from_child_ = -1;
   std::string pending_;  // bytes read past the last line
   std::optional<std::string> ending_;
+  bool group_killed_ = false;
 };
 
 }  // namespace flashcheck::external

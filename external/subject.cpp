@@ -194,6 +194,13 @@ std::vector<std::int64_t> storage_shape(const HostTensor& t) {
                                     : std::vector<std::int64_t>{t.batch(), t.seqlen(), t.heads(), t.dim()};
 }
 
+/// A reply's string field, or `otherwise` when it is missing or not a string
+/// (a worker's reply is untrusted: a null or a number there must not throw).
+std::string text_of(const nlohmann::json& reply, const char* key, const std::string& otherwise = "") {
+  const auto found = reply.find(key);
+  return found != reply.end() && found->is_string() ? found->get<std::string>() : otherwise;
+}
+
 std::string log_tail(const fs::path& log) {
   std::ifstream in(log);
   std::vector<std::string> lines;
@@ -243,13 +250,13 @@ class WorkerClient {
                                   {"flashcheck", "0.1.0"},
                                   {"dir", dir_.string()}};
     hello_ = exchange(hello, spec_.startup_seconds, "the handshake");
-    if (hello_.value("type", "") == "error")
-      fail(fmt::format("refused the handshake: {}", hello_.value("message", hello_.dump())));
-    if (hello_.value("type", "") != "hello") fail(fmt::format("answered the handshake with {}", cut(hello_.dump())));
+    const std::string type = text_of(hello_, "type");
+    if (type == "error") fail(fmt::format("refused the handshake: {}", text_of(hello_, "message", cut(hello_.dump()))));
+    if (type != "hello") fail(fmt::format("answered the handshake with {}", cut(hello_.dump())));
     if (!hello_.contains("protocol") || hello_["protocol"] != kProtocolVersion)
       fail(fmt::format("speaks protocol {}, this flashcheck speaks {}",
                        hello_.contains("protocol") ? hello_["protocol"].dump() : "(none)", kProtocolVersion));
-    if (hello_.value("subject", "") != spec_.name)
+    if (text_of(hello_, "subject") != spec_.name)
       fail(fmt::format("answered the handshake for subject {}, not '{}'",
                        hello_.contains("subject") ? hello_["subject"].dump() : "(none)", spec_.name));
     return hello_;
@@ -286,6 +293,12 @@ class WorkerClient {
   }
 
   static std::string cut(const std::string& text) { return text.size() > 200 ? text.substr(0, 200) + "..." : text; }
+
+  /// Ends the worker; the next request starts a new one.
+  void discard() {
+    if (process_) process_->kill();
+    process_.reset();
+  }
 
  private:
   WorkerSpec spec_;
@@ -340,11 +353,13 @@ nlohmann::json ExternalSubject::registration() const {
 
 namespace {
 
+constexpr double kCaseSeconds = 30;  // the per-case limit's fixed part
+
 double watchdog_for(const WorkerSpec& spec, const Problem& p) {
   if (spec.watchdog_seconds > 0) return spec.watchdog_seconds;
   const double work = static_cast<double>(p.batch * p.heads_q) * static_cast<double>(p.seqlen_q) *
                       static_cast<double>(p.seqlen_kv) * static_cast<double>(p.head_dim + p.head_dim_v);
-  return 30.0 + work / 1e8;
+  return kCaseSeconds + work / 1e8;
 }
 
 /// The request for one case, its inputs written to the worker's folder.
@@ -362,29 +377,39 @@ nlohmann::json make_request(std::int64_t id, const Problem& p, const Inputs& in,
 
 }  // namespace
 
+double ExternalSubject::startup_seconds() const {
+  return spec_.startup_seconds + (spec_.watchdog_seconds > 0 ? spec_.watchdog_seconds : kCaseSeconds);
+}
+
 RunResult ExternalSubject::run(const Problem& problem, const Inputs& inputs) {
   if (auto refusal = refuse_outside(caps_, problem)) return *refusal;
   static std::int64_t next_id = 0;
   const std::int64_t id = ++next_id;
   RunResult result;
+  bool retire = false;
   try {
     std::error_code ignored;
     fs::remove(client_->dir() / "o.npy", ignored);
     fs::remove(client_->dir() / "lse.npy", ignored);
     const nlohmann::json request = make_request(id, problem, inputs, client_->dir());
     const nlohmann::json reply = client_->exchange(request, watchdog_for(spec_, problem), fmt::format("case {}", id));
-    if (reply.value("type", "") != "result" || !reply.contains("id") || reply["id"] != id)
+    if (text_of(reply, "type") != "result" || !reply.contains("id") || reply["id"] != id)
       client_->fail(fmt::format("answered case {} with {}", id, WorkerClient::cut(reply.dump())));
-    const std::string status = reply.contains("status") && reply["status"].is_string() ? reply["status"].get<std::string>() : "";
+    // A worker that cannot go on (a sticky CUDA error) says so with
+    // "fatal": true; it is replaced before the next case.
+    if (reply.contains("fatal") && reply["fatal"] == true) retire = true;
+    const std::string status = text_of(reply, "status");
     if (status == "unsupported") {
       result.status = Status::unsupported;
-      result.message = fmt::format("{} (the worker's answer)", reply.value("reason", "no reason given"));
+      result.message = fmt::format("{} (the worker's answer)", text_of(reply, "reason", "no reason given"));
+      if (retire) client_->discard();
       return result;
     }
     if (status == "error") {
       result.status = Status::error;
-      result.message = fmt::format("external worker '{}' reported an error: {}", spec_.name,
-                                   reply.value("message", "no message given"));
+      result.message = fmt::format("external worker '{}' reported an error{}: {}", spec_.name,
+                                   retire ? " and retired" : "", text_of(reply, "message", "no message given"));
+      if (retire) client_->discard();
       return result;
     }
     if (status != "ok")
@@ -412,10 +437,16 @@ RunResult ExternalSubject::run(const Problem& problem, const Inputs& inputs) {
       result.outputs.has_lse = false;
     }
     if (reply.contains("time_ms") && reply["time_ms"].is_number()) result.time_ms = reply["time_ms"].get<double>();
-  } catch (const std::runtime_error& error) {  // WorkerFailure, and .npy files that do not parse
+    if (retire) client_->discard();
+  } catch (const WorkerFailure& error) {  // the worker is handled: killed, or kept in step
     result = RunResult{};
     result.status = Status::error;
     result.message = error.what();
+  } catch (const std::exception& error) {  // anything else a reply caused (a .npy that does not parse, ...)
+    client_->discard();
+    result = RunResult{};
+    result.status = Status::error;
+    result.message = fmt::format("external worker '{}': {} (worker restarted)", spec_.name, error.what());
   }
   return result;
 }
@@ -429,9 +460,11 @@ std::optional<Timing> ExternalSubject::time(const Problem& problem, const Inputs
   request["timing"] = {{"warmup", warmup}, {"repeats", repeats}, {"input_sets", input_sets}};
   const double seconds = watchdog_for(spec_, problem) * (1 + warmup + repeats);
   const nlohmann::json reply = client_->exchange(request, seconds, fmt::format("timing request {}", id));
-  if (reply.value("status", "") == "unsupported")
-    throw std::invalid_argument(fmt::format("the worker: {}", reply.value("reason", "unsupported")));
-  if (reply.value("status", "") != "ok")
+  if (text_of(reply, "type") != "result" || !reply.contains("id") || reply["id"] != id)
+    client_->fail(fmt::format("answered timing request {} with {}", id, WorkerClient::cut(reply.dump())));
+  if (text_of(reply, "status") == "unsupported")
+    throw std::invalid_argument(fmt::format("the worker: {}", text_of(reply, "reason", "unsupported")));
+  if (text_of(reply, "status") != "ok")
     throw std::runtime_error(fmt::format("external worker '{}': {}", spec_.name, WorkerClient::cut(reply.dump())));
   const auto& times = reply.contains("times_ms") ? reply["times_ms"] : nlohmann::json();
   if (!times.is_array() || static_cast<int>(times.size()) != repeats)

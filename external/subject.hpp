@@ -61,6 +61,9 @@ class ExternalSubject : public Subject {
   RunResult run(const Problem& problem, const Inputs& inputs) override;
   std::optional<Timing> time(const Problem& problem, const Inputs& inputs, int warmup, int repeats,
                              int input_sets) override;
+  /// The start-up limit plus the per-case limit's fixed part: a sweep's
+  /// watchdog allows them, so that the worker's own watchdog fires first.
+  double startup_seconds() const override;
 
   /// The spec and the handshake's answer, from which a child process
   /// registers the same subject without a handshake of its own.

@@ -344,8 +344,14 @@ def main():
             answer = {"type": "result", "id": request["id"], "status": "error",
                       "message": f"{type(error).__name__}: {error}"}
             log(traceback.format_exc())
+            # A CUDA error is sticky: this process's context cannot run
+            # another case. Say so (flashcheck starts a new worker) and go.
+            if "CUDA error" in str(error) or type(error).__name__ == "AcceleratorError":
+                answer["fatal"] = True
         answer["worker_ms"] = (time.perf_counter() - started) * 1e3
         reply(answer)
+        if answer.get("fatal"):
+            sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -504,7 +504,7 @@ int run_sweep(const FuzzOptions& options) {
       const auto& [key, subject, line] = stored[next_stored++];
       if (done.count(key)) continue;
       Problem problem = parse_problem(line);
-      const double watchdog = watchdog_for(problem, options.watchdog_seconds);
+      const double watchdog = watchdog_for(problem, options.watchdog_seconds) + subject->startup_seconds();
       return Case{key, subject, std::nullopt, std::move(problem), Clock::now(), watchdog};
     }
     while (!(options.cases > 0 && taken >= options.cases) && Clock::now() < deadline) {
@@ -522,7 +522,9 @@ int run_sweep(const FuzzOptions& options) {
       }
       rc::Shrinkable<Problem> drawn = draw_problem(*subject, options.seed, index);
       Problem problem = drawn.value();
-      const double watchdog = watchdog_for(problem, options.watchdog_seconds);
+      // An external worker's start-up and its own watchdog come on top, so
+      // that its hang is recorded as its own failure, not as the sweep's.
+      const double watchdog = watchdog_for(problem, options.watchdog_seconds) + subject->startup_seconds();
       return Case{key, subject, std::move(drawn), std::move(problem), Clock::now(), watchdog};
     }
     return std::nullopt;

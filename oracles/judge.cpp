@@ -99,6 +99,7 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
   auto start = std::chrono::steady_clock::now();
   RunResult run = subject.run(problem, inputs);
   result.subject_ms = elapsed_ms(start);
+  result.subject_reported_ms = run.time_ms;
   result.status = run.status;
   result.message = run.message;
   if (run.status != Status::ok) return result;
@@ -188,6 +189,7 @@ nlohmann::json to_record(const CaseResult& r) {
       {"timing_ms", {{"inputs", r.inputs_ms}, {"subject", r.subject_ms}, {"oracle", r.oracle_ms}, {"baseline", r.baseline_ms}}},
   };
   record["time"] = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (std::isfinite(r.subject_reported_ms)) record["timing_ms"]["subject_reported"] = r.subject_reported_ms;
   if (!r.message.empty()) record["message"] = r.message;
   if (!r.subject_version.empty()) record["subject_version"] = r.subject_version;
   if (!r.ran()) {

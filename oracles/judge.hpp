@@ -3,6 +3,8 @@
 // measures both against the oracle and applies the tolerance rule.
 #pragma once
 
+#include <limits>
+
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -48,6 +50,7 @@ struct CaseResult {
   LogitCondition condition;         // the floor's logit conditioning, from cpu_f64
   std::optional<PeerResult> peer;   // with JudgeOptions::with_peer, when the peer ran
   double inputs_ms = 0, subject_ms = 0, oracle_ms = 0, baseline_ms = 0;
+  double subject_reported_ms = std::numeric_limits<double>::quiet_NaN();  // the subject's own time (RunResult::time_ms)
   Outputs outputs;                  // with JudgeOptions::keep_outputs
   AttentionRows reference;          // with JudgeOptions::keep_outputs
 

@@ -116,6 +116,7 @@ class External(unittest.TestCase):
             (["--cmd", fake(), "--name", "cpu-lowp", "list"], "the name is taken"),
             (["--cmd", fake(), "--name", "two words", "list"], "without spaces"),
             (["list"], "needs --cmd and --name, or --config"),
+            (["fuzz", "--cases", "3", "--out", os.path.join(self.dir, "never")], "needs --cmd and --name, or --config"),
             (["--cmd", fake(), "list"], "--name"),
         ]
         for args, text in cases:
@@ -124,6 +125,7 @@ class External(unittest.TestCase):
                 self.assertEqual(run.returncode, 2, run.stdout + run.stderr)
                 self.assertIn(text, run.stderr)
                 self.assertEqual(len(run.stderr.strip().splitlines()), 1, run.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "never")), "the sweep ran before the check")
 
     def test_environment_config_registers_for_any_command(self):
         env = dict(os.environ, FLASHCHECK_EXTERNAL=self.config([("fake-env", fake())]))

@@ -17,6 +17,9 @@ MODE (default good):
   wrong-dtype   writes O as float32 whatever the problem's dtype, on case N
   wrong-id      answers case N with another request's id
   no-lse        omits lse.npy on case N
+  fatal         answers case N with an error marked fatal, and exits (as after a sticky CUDA error)
+  null-reason   answers case N `unsupported` with a null reason (untrusted types must not throw)
+  bad-status    answers case N with the status 5
   bad-protocol  answers the handshake with protocol 99
   bad-caps      declares a capability key that does not exist
   refuse        answers the handshake with an error
@@ -219,6 +222,16 @@ def main():
             os.kill(os.getpid(), signal.SIGSEGV)
         if mode == "hang" and here:
             time.sleep(3600)
+        if mode == "fatal" and here:
+            reply({"type": "result", "id": request["id"], "status": "error", "message": "CUDA error (fake)",
+                   "fatal": True})
+            sys.exit(1)
+        if mode == "null-reason" and here:
+            reply({"type": "result", "id": request["id"], "status": "unsupported", "reason": None})
+            continue
+        if mode == "bad-status" and here:
+            reply({"type": "result", "id": request["id"], "status": 5})
+            continue
         if mode == "garbage" and here:
             sys.stdout.write("Traceback (most recent call last): this is not JSON\n")
             sys.stdout.flush()

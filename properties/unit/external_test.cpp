@@ -65,6 +65,11 @@ TEST(Npy, RefusesWhatIsNotAnArrayItCanRead) {
     EXPECT_NE(std::string(error.what()).find("expected 24"), std::string::npos) << error.what();
   }
   EXPECT_THROW(read_npy(fs::temp_directory_path() / "flashcheck-no-such.npy"), std::runtime_error);
+  // A forged shape is refused before anything is allocated for it.
+  write_npy(path, "<f4", {std::int64_t{1} << 40}, data, sizeof data);
+  EXPECT_THROW(read_npy(path), std::runtime_error);
+  write_npy(path, "<f4", {std::int64_t{1} << 40, std::int64_t{1} << 40, std::int64_t{1} << 40}, data, sizeof data);
+  EXPECT_THROW(read_npy(path), std::runtime_error);  // the size overflows 64 bits
   fs::remove(path);
 }
 
@@ -160,6 +165,18 @@ TEST(ExternalWorker, WrongShapeIsAFailedCase) {
 
 TEST(ExternalWorker, WrongDtypeIsAFailedCase) {
   expect_failure_then_recovery("wrong-dtype", "returned O as '<f4'");
+}
+
+TEST(ExternalWorker, AFatalErrorRetiresTheWorker) {
+  expect_failure_then_recovery("fatal", "reported an error and retired: CUDA error (fake)");
+}
+
+TEST(ExternalWorker, UntrustedTypesInAReplyDoNotThrow) {
+  ExternalSubject subject(spec("null-reason"));
+  const RunResult result = subject.run(kSmall, generate_inputs(kSmall));
+  EXPECT_EQ(result.status, Status::unsupported);
+  EXPECT_NE(result.message.find("no reason given"), std::string::npos) << result.message;
+  expect_failure_then_recovery("bad-status", "with status 5");
 }
 
 TEST(ExternalWorker, WrongIdIsAFailedCase) { expect_failure_then_recovery("wrong-id", "answered case"); }
