@@ -96,6 +96,7 @@ class Backend:
         self.np, self.torch, self.F = numpy, torch, F
         self.SDPBackend, self.sdpa_kernel = SDPBackend, sdpa_kernel
         self.subject = subject
+        torch.set_warn_always(True)  # the eligibility checks' reasons are warnings: every time, not once
         if not torch.cuda.is_available():
             raise RuntimeError("no CUDA device visible to torch")
         self.device = torch.device("cuda")
@@ -178,8 +179,10 @@ class Backend:
             warnings.simplefilter("always")
             ok = check(params, True)
         if not ok:
-            reasons = "; ".join(str(w.message).strip() for w in caught) or "torch declined"
-            raise Unsupported(reasons)
+            reasons = "; ".join(str(w.message).strip() for w in caught)
+            # With no warning caught, torch's reasons went to the worker's stderr (worker.log).
+            raise Unsupported(reasons or f"torch declined ({check.__name__} returned False; its reasons, if any, "
+                                         f"are in the worker's stderr)")
 
     # ---- the call ------------------------------------------------------------
     def prepare(self, shape, q, k, v):
