@@ -1,8 +1,10 @@
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,51 +52,30 @@ void print_case(const CaseResult& r) {
   else fmt::print("{}", explain(r));
 }
 
-/// The worst disagreement between two sets of rows: the largest |a - b| over
-/// O (NaN against a number counts as infinite), and where it is. Rows past a
-/// sequence's valid length are padding, and are skipped as the judge skips them.
-struct Disagreement {
-  double o_max = 0, lse_max = 0;
-  std::int64_t b = 0, h = 0, r = 0, c = 0;
-};
-Disagreement disagreement(const Problem& p, const AttentionRows& a, const AttentionRows& b) {
-  Disagreement d;
-  const auto gap = [](double x, double y) {
-    if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && std::isnan(y) ? 0.0 : HUGE_VAL;
-    return x == y ? 0.0 : std::fabs(x - y);  // equal infinities agree
-  };
-  for (std::int64_t bi = 0; bi < a.batch; ++bi)
-    for (std::int64_t hi = 0; hi < a.heads; ++hi)
-      for (std::int64_t ri = 0; ri < a.rows.size(); ++ri) {
-        if (a.rows.rows[static_cast<std::size_t>(ri)] >= p.len_q(bi)) continue;
-        for (std::int64_t c = 0; c < a.dim_v; ++c) {
-          const double g = gap(a.o_row(bi, hi, ri)[c], b.o_row(bi, hi, ri)[c]);
-          if (g > d.o_max) d = {g, d.lse_max, bi, hi, ri, c};
-        }
-        if (a.has_lse && b.has_lse) d.lse_max = std::max(d.lse_max, gap(a.lse[a.index(bi, hi, ri)], b.lse[b.index(bi, hi, ri)]));
-      }
-  return d;
-}
-
 /// Cross-oracle triangulation of one case: the subject against cpu_f64 and
 /// against the Kokkos reference (an independent online-softmax code), and the
-/// two references against each other, on the rows the case checked.
-void print_triangulation(const CaseResult& r) {
-  const Inputs inputs = generate_inputs(r.problem);
-  const AttentionRows kokkos = kokkos_reference(r.problem, inputs, r.rows, Accumulation::f64);
+/// two references against each other, on the rows the case checked (core's
+/// compare: padding skipped; non-finite disagreements counted by its census).
+/// `kokkos` is the reference on those rows, computed once per problem.
+void print_triangulation(const CaseResult& r, const AttentionRows& kokkos) {
   const AttentionRows subject = gather_rows(r.problem, r.outputs, r.rows);
-  const Disagreement refs = disagreement(r.problem, r.reference, kokkos);
-  const Disagreement vs_f64 = disagreement(r.problem, subject, r.reference);
-  const Disagreement vs_kokkos = disagreement(r.problem, subject, kokkos);
+  const DType dtype = r.problem.dtype;
+  const auto line = [](std::string_view pair, const CaseMetrics& m) {
+    const std::int64_t census = m.o.census.mismatches + (m.has_lse ? m.lse.census.mismatches : 0);
+    fmt::print("    {:<22} {:.3e} ({:.3e}){}\n", pair, m.o.errors.max_abs, m.has_lse ? m.lse.errors.max_abs : 0.0,
+               census ? fmt::format("; {} NaN/Inf position(s) differ", census) : "");
+  };
   fmt::print("  triangulation ({}), max |difference| over O (LSE):\n", kokkos_description());
-  fmt::print("    cpu_f64 vs kokkos_f64  {:.3e} ({:.3e})\n", refs.o_max, refs.lse_max);
-  fmt::print("    subject vs cpu_f64     {:.3e} ({:.3e})\n", vs_f64.o_max, vs_f64.lse_max);
-  fmt::print("    subject vs kokkos_f64  {:.3e} ({:.3e})\n", vs_kokkos.o_max, vs_kokkos.lse_max);
-  if (vs_f64.o_max > 0) {
-    const auto& w = vs_f64;
-    fmt::print("    worst O element (b={} h={} row={} col={}): subject {:.6g}, cpu_f64 {:.6g}, kokkos_f64 {:.6g}\n", w.b,
-               w.h, r.rows.rows[static_cast<std::size_t>(w.r)], w.c, subject.o_row(w.b, w.h, w.r)[w.c],
-               r.reference.o_row(w.b, w.h, w.r)[w.c], kokkos.o_row(w.b, w.h, w.r)[w.c]);
+  line("cpu_f64 vs kokkos_f64", compare(r.problem, r.reference, kokkos, dtype));
+  const CaseMetrics vs_f64 = compare(r.problem, subject, r.reference, dtype);
+  line("subject vs cpu_f64", vs_f64);
+  line("subject vs kokkos_f64", compare(r.problem, subject, kokkos, dtype));
+  if (const auto& worst = vs_f64.o.errors.worst; worst && worst->abs_error > 0) {
+    const auto& rows = r.rows.rows;
+    const auto index = std::lower_bound(rows.begin(), rows.end(), worst->at.row) - rows.begin();
+    fmt::print("    worst O element (b={} h={} row={} col={}): subject {:.9g}, cpu_f64 {:.9g}, kokkos_f64 {:.9g}\n",
+               worst->at.b, worst->at.h, worst->at.row, worst->at.column, worst->got, worst->want,
+               kokkos.o_row(worst->at.b, worst->at.h, index)[worst->at.column]);
   }
 }
 
@@ -116,8 +97,14 @@ int run_cases(const RunOptions& options) {
   int passed = 0, failed = 0, unsupported = 0;
   const bool single = problems.size() * subjects.size() == 1;
   for (const Problem& problem : problems) {
+    // With --kokkos: the inputs once per problem, and the Kokkos reference once
+    // per set of checked rows (the same for every subject at the same --rows).
+    std::optional<Inputs> inputs;
+    if (options.kokkos) inputs = generate_inputs(problem);
+    std::optional<AttentionRows> kokkos;
     for (Subject* subject : subjects) {
-      const CaseResult result = judge(*subject, problem, judge_options);
+      const CaseResult result =
+          inputs ? judge(*subject, problem, *inputs, judge_options) : judge(*subject, problem, judge_options);
       if (records) records->write(to_record(result));
       if (result.status == Status::unsupported) {
         ++unsupported;
@@ -129,7 +116,11 @@ int run_cases(const RunOptions& options) {
         fmt::print("\n== {}  {}\n", subject->name(), to_line(problem));
         if (result.ran()) {
           print_case(result);
-          if (options.kokkos) print_triangulation(result);
+          if (options.kokkos) {
+            if (!kokkos || kokkos->rows != result.rows)
+              kokkos = kokkos_reference(problem, *inputs, result.rows, Accumulation::f64);
+            print_triangulation(result, *kokkos);
+          }
         } else {
           fmt::print("  verdict: FAIL -- subject returned {}\n{}", to_string(result.status), explain(result));
         }
