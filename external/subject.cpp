@@ -280,6 +280,19 @@ class WorkerClient {
     return reply;
   }
 
+  /// Sends a request under the next id ("case 3", "timing request 4") and
+  /// returns the worker's result for it: a reply of another type or id is
+  /// the worker's failure.
+  nlohmann::json call(nlohmann::json request, double seconds, std::string_view what) {
+    const std::int64_t id = ++next_id_;
+    request["id"] = id;
+    const std::string named = fmt::format("{} {}", what, id);
+    nlohmann::json reply = exchange(request, seconds, named);
+    if (text_of(reply, "type") != "result" || !reply.contains("id") || reply["id"] != id)
+      fail(fmt::format("answered {} with {}", named, cut(reply.dump())));
+    return reply;
+  }
+
   /// Kills the worker and throws the failure, with how it ended and its stderr.
   [[noreturn]] void fail(const std::string& what) {
     std::string ending;
@@ -305,6 +318,7 @@ class WorkerClient {
   fs::path dir_;
   std::unique_ptr<WorkerProcess> process_;
   nlohmann::json hello_;
+  std::int64_t next_id_ = 0;
 };
 
 // ---- The subject ---------------------------------------------------------
@@ -362,9 +376,10 @@ double watchdog_for(const WorkerSpec& spec, const Problem& p) {
   return kCaseSeconds + work / 1e8;
 }
 
-/// The request for one case, its inputs written to the worker's folder.
-nlohmann::json make_request(std::int64_t id, const Problem& p, const Inputs& in, const fs::path& dir) {
-  nlohmann::json request = {{"type", "run"}, {"id", id}, {"problem", to_line(p)}, {"shape", problem_fields(p)}};
+/// The request for one case (its id comes with WorkerClient::call), its
+/// inputs written to the worker's folder.
+nlohmann::json make_request(const Problem& p, const Inputs& in, const fs::path& dir) {
+  nlohmann::json request = {{"type", "run"}, {"problem", to_line(p)}, {"shape", problem_fields(p)}};
   for (const auto& [key, tensor] : {std::pair{"q", &in.q}, std::pair{"k", &in.k}, std::pair{"v", &in.v}}) {
     const fs::path path = dir / fmt::format("{}.npy", key);
     write_npy(path, npy_descr(tensor->dtype()), storage_shape(*tensor), tensor->data(),
@@ -383,18 +398,14 @@ double ExternalSubject::startup_seconds() const {
 
 RunResult ExternalSubject::run(const Problem& problem, const Inputs& inputs) {
   if (auto refusal = refuse_outside(caps_, problem)) return *refusal;
-  static std::int64_t next_id = 0;
-  const std::int64_t id = ++next_id;
   RunResult result;
   bool retire = false;
   try {
     std::error_code ignored;
     fs::remove(client_->dir() / "o.npy", ignored);
     fs::remove(client_->dir() / "lse.npy", ignored);
-    const nlohmann::json request = make_request(id, problem, inputs, client_->dir());
-    const nlohmann::json reply = client_->exchange(request, watchdog_for(spec_, problem), fmt::format("case {}", id));
-    if (text_of(reply, "type") != "result" || !reply.contains("id") || reply["id"] != id)
-      client_->fail(fmt::format("answered case {} with {}", id, WorkerClient::cut(reply.dump())));
+    const nlohmann::json reply =
+        client_->call(make_request(problem, inputs, client_->dir()), watchdog_for(spec_, problem), "case");
     // A worker that cannot go on (a sticky CUDA error) says so with
     // "fatal": true; it is replaced before the next case.
     if (reply.contains("fatal") && reply["fatal"] == true) retire = true;
@@ -413,8 +424,8 @@ RunResult ExternalSubject::run(const Problem& problem, const Inputs& inputs) {
       return result;
     }
     if (status != "ok")
-      client_->fail(fmt::format("answered case {} with status {} (expected ok, unsupported or error)", id,
-                                reply.contains("status") ? reply["status"].dump() : "(none)"));
+      client_->fail(fmt::format("answered case {} with status {} (expected ok, unsupported or error)",
+                                reply["id"].dump(), reply.contains("status") ? reply["status"].dump() : "(none)"));
     // The outputs: exactly the dtype and shape the problem asks for.
     result.outputs = make_outputs(problem);
     const NpyArray o = read_npy(client_->dir() / "o.npy");
@@ -454,14 +465,10 @@ RunResult ExternalSubject::run(const Problem& problem, const Inputs& inputs) {
 std::optional<Timing> ExternalSubject::time(const Problem& problem, const Inputs& inputs, int warmup, int repeats,
                                             int input_sets) {
   if (auto reason = unsupported_reason(caps_, problem)) throw std::invalid_argument(*reason);
-  static std::int64_t next_id = 1 << 30;
-  const std::int64_t id = ++next_id;
-  nlohmann::json request = make_request(id, problem, inputs, client_->dir());
+  nlohmann::json request = make_request(problem, inputs, client_->dir());
   request["timing"] = {{"warmup", warmup}, {"repeats", repeats}, {"input_sets", input_sets}};
-  const double seconds = watchdog_for(spec_, problem) * (1 + warmup + repeats);
-  const nlohmann::json reply = client_->exchange(request, seconds, fmt::format("timing request {}", id));
-  if (text_of(reply, "type") != "result" || !reply.contains("id") || reply["id"] != id)
-    client_->fail(fmt::format("answered timing request {} with {}", id, WorkerClient::cut(reply.dump())));
+  const nlohmann::json reply =
+      client_->call(std::move(request), watchdog_for(spec_, problem) * (1 + warmup + repeats), "timing request");
   if (text_of(reply, "status") == "unsupported")
     throw std::invalid_argument(fmt::format("the worker: {}", text_of(reply, "reason", "unsupported")));
   if (text_of(reply, "status") != "ok")
@@ -518,10 +525,9 @@ namespace {
 
 constexpr const char* kRegisteredVariable = "FLASHCHECK_EXTERNAL_REGISTERED";
 
+/// Hands a subject to the registry. Callers check the name first, before
+/// they start its worker.
 void add_to_registry(std::unique_ptr<ExternalSubject> subject) {
-  if (Registry::instance().find(subject->name()))
-    throw std::runtime_error(fmt::format("external subject '{}': the name is taken by a registered subject",
-                                         subject->name()));
   auto holder = std::make_shared<std::unique_ptr<Subject>>(std::move(subject));
   Registry::instance().add([holder] { return std::move(*holder); });
   Registry::instance().subjects();  // constructed now, in registration order
