@@ -15,7 +15,6 @@
 #include "core/record.hpp"
 #include "core/values.hpp"
 #ifdef FLASHCHECK_HAVE_CUDA
-#include "core/gpu/gpu_subject.hpp"
 #include "reports/ceilings.hpp"
 #endif
 
@@ -72,11 +71,11 @@ int run_bench(const BenchOptions& options) {
   }
 
   // cuDNN, timed beside every subject where it is registered and not asked for.
-  gpu::GpuSubject* peer = nullptr;
+  Subject* peer = nullptr;
   if (options.with_peer)
     if (Subject* cudnn = Registry::instance().find("cudnn");
         cudnn && std::find(options.subjects.begin(), options.subjects.end(), cudnn) == options.subjects.end())
-      peer = dynamic_cast<gpu::GpuSubject*>(cudnn);
+      peer = cudnn;
 
   fmt::print("\n{:<22} {:>9} {:>8} {:>8} {:>8} {:>6} {:>7} {:>6} {:>7} {:>4}  {}\n", "subject", "median ms", "min",
              "max", "TFLOP/s", "%GEMM", "GB/s", "%copy", "xcuDNN", "sets", "problem");
