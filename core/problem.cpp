@@ -149,23 +149,31 @@ std::string_view to_string(MaskKind mask) {
   return "?";
 }
 
+VisibleKeys visible_key_range(const Problem& p, std::int64_t b, std::int64_t i) {
+  const std::int64_t lq = p.len_q(b), lk = p.len_kv(b);
+  const std::int64_t diagonal = i + lk - lq;
+  VisibleKeys range{0, lk - 1};
+  if (p.mask == MaskKind::causal_tl) range.last = std::min(range.last, i);
+  if (p.mask == MaskKind::causal_br) range.last = std::min(range.last, diagonal);
+  if (p.mask == MaskKind::window) {
+    if (p.window_left >= 0) range.first = std::max(range.first, diagonal - p.window_left);
+    if (p.window_right >= 0) range.last = std::min(range.last, diagonal + p.window_right);
+  }
+  return range;
+}
+
 double visible_pairs(const Problem& p) {
   double pairs = 0;
-  for (std::int64_t b = 0; b < p.batch; ++b) {
-    const std::int64_t lq = p.len_q(b), lk = p.len_kv(b);
-    for (std::int64_t i = 0; i < lq; ++i) {
-      const std::int64_t diagonal = i + lk - lq;
-      std::int64_t first = 0, last = lk - 1;
-      if (p.mask == MaskKind::causal_tl) last = std::min(last, i);
-      if (p.mask == MaskKind::causal_br) last = std::min(last, diagonal);
-      if (p.mask == MaskKind::window) {
-        if (p.window_left >= 0) first = std::max(first, diagonal - p.window_left);
-        if (p.window_right >= 0) last = std::min(last, diagonal + p.window_right);
-      }
-      if (last >= first) pairs += static_cast<double>(last - first + 1);
-    }
-  }
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t i = 0; i < p.len_q(b); ++i) pairs += static_cast<double>(visible_key_range(p, b, i).count());
   return pairs * static_cast<double>(p.heads_q);
+}
+
+std::int64_t visible_rows(const Problem& p) {
+  std::int64_t rows = 0;
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t i = 0; i < p.len_q(b); ++i) rows += visible_key_range(p, b, i).count() > 0;
+  return rows * p.heads_q;
 }
 
 double attention_flops(const Problem& p) {

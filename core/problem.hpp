@@ -100,8 +100,19 @@ struct Problem {
   double storage_bytes() const;
 };
 
+/// The keys [first, last] that valid query row i of sequence b may see under
+/// the mask (the rule above, written once for the host side of the harness;
+/// the oracles keep their own). Empty (last < first) for a fully masked row.
+struct VisibleKeys {
+  std::int64_t first = 0, last = -1;
+  std::int64_t count() const { return last >= first ? last - first + 1 : 0; }
+};
+VisibleKeys visible_key_range(const Problem& problem, std::int64_t b, std::int64_t i);
 /// (query, key) pairs the mask lets through, over every batch entry and query head.
 double visible_pairs(const Problem& problem);
+/// Query rows (over every batch entry and query head) that see at least one
+/// key: the rows a case can compare. 0 makes a case vacuous.
+std::int64_t visible_rows(const Problem& problem);
 /// The FLOP count of a call, defined once for every report: the two products,
 /// 2 d + 2 dv FLOPs per visible (query, key) pair (4 B Hq N M d without a mask).
 double attention_flops(const Problem& problem);

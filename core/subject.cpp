@@ -100,6 +100,7 @@ std::string_view to_string(Status status) {
   switch (status) {
     case Status::ok: return "ok";
     case Status::unsupported: return "unsupported";
+    case Status::unavailable: return "unavailable";
     case Status::fault: return "fault";
     case Status::error: return "error";
   }

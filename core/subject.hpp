@@ -102,6 +102,7 @@ std::string describe(const Capabilities& caps);
 enum class Status : std::uint8_t {
   ok,           // outputs written
   unsupported,  // outside the domain; nothing ran, outputs untouched
+  unavailable,  // cannot run on this machine (no GPU, no driver, too old a compute capability); nothing ran
   fault,        // the device context is poisoned (illegal address, ...)
   error,        // any other failure of the call
 };
