@@ -40,6 +40,11 @@ struct DomainLimits {
   double max_work = 2e7;
   double max_bytes = 1 << 30;
   bool allow_special_values = true;
+  /// false (the default): only problems with at least one query row that sees
+  /// a key (visible_rows(p) > 0), so that every case compares something.
+  /// true: only empty or fully masked problems (visible_rows(p) == 0), for the
+  /// property that holds those to the fully-masked convention.
+  bool vacuous_only = false;
 };
 
 /// Problems inside `caps`, weighted toward the edges: lengths 0, 1, 2, the
