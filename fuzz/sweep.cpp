@@ -132,9 +132,11 @@ using namespace detail;
 
 /// One worker process, fed through pipes, one case at a time. `gpu` >= 0
 /// pins it to that device (CUDA_VISIBLE_DEVICES), for one worker per GPU.
+/// `threads` is its share of the host's cores: its OpenMP thread count, unless
+/// OMP_NUM_THREADS says otherwise (so that N workers never spin N x cores threads).
 class Worker {
  public:
-  Worker(std::string exe, int gpu) : exe_(std::move(exe)), gpu_(gpu) {}
+  Worker(std::string exe, int gpu, int threads) : exe_(std::move(exe)), gpu_(gpu), threads_(threads) {}
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
   ~Worker() { stop(); }
@@ -228,6 +230,8 @@ class Worker {
       ::dup2(down[0], STDIN_FILENO);
       ::dup2(up[1], STDOUT_FILENO);
       if (gpu_ >= 0) ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(gpu_).c_str(), 1);
+      ::setenv("OMP_NUM_THREADS", std::to_string(threads_).c_str(), /*overwrite=*/0);
+      ::setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/0);
       ::execl(exe_.c_str(), exe_.c_str(), "fuzz-worker", static_cast<char*>(nullptr));
       ::_exit(127);
     }
@@ -254,6 +258,7 @@ class Worker {
 
   std::string exe_;
   int gpu_;
+  int threads_;
   pid_t pid_ = -1;
   int to_ = -1, from_ = -1;
   bool busy_ = false, broken_ = false;
@@ -404,8 +409,9 @@ int run_sweep(const FuzzOptions& options) {
   ::signal(SIGPIPE, SIG_IGN);
   // One worker per GPU (--gpus), or one.
   std::vector<std::unique_ptr<Worker>> workers;
-  for (int gpu : options.gpus.empty() ? std::vector<int>{-1} : options.gpus)
-    workers.push_back(std::make_unique<Worker>(options.worker_exe, gpu));
+  const std::vector<int> devices = options.gpus.empty() ? std::vector<int>{-1} : options.gpus;
+  const int threads = std::max<int>(1, static_cast<int>(std::thread::hardware_concurrency() / devices.size()));
+  for (int gpu : devices) workers.push_back(std::make_unique<Worker>(options.worker_exe, gpu, threads));
 
   struct Case {
     std::string key;

@@ -1,0 +1,80 @@
+# flashcheck_discover_tests(TARGET [PER_SUITE] [PREFIX p] [SUITE_REGEX re]
+#                           [LABELS ...] [ENVIRONMENT ...] [PROCESSORS n]
+#                           [RESOURCE_GROUPS g] [TIMEOUT s])
+#
+# GoogleTest discovery, at ctest start-up (`TARGET --gtest_list_tests`, which
+# touches no GPU), of the suites whose name matches SUITE_REGEX:
+#   - one ctest test "<p><Suite>.<Test>" per test (the default), or
+#   - with PER_SUITE, one test "<p><Suite>" per suite, running `--gtest_filter=<Suite>.*`
+#     in one process (the gpu-quick tier: one process per subject).
+# It replaces gtest_discover_tests, whose PROPERTIES cannot carry lists (several
+# labels, several environment variables) in CMake 3.25. The subject suite
+# registers its suites at run time (one per registered subject), which is why
+# the listing happens when ctest starts. A test whose every case skipped (no
+# GPU, too old an architecture, a missing dependency) is reported SKIPPED,
+# never passed.
+function(flashcheck_discover_tests target)
+  cmake_parse_arguments(arg "PER_SUITE" "PREFIX;SUITE_REGEX;RESOURCE_GROUPS;PROCESSORS;TIMEOUT"
+                        "LABELS;ENVIRONMENT" ${ARGN})
+  if(NOT arg_SUITE_REGEX)
+    set(arg_SUITE_REGEX ".")
+  endif()
+  if(NOT arg_PROCESSORS)
+    set(arg_PROCESSORS 1)
+  endif()
+  if(NOT arg_TIMEOUT)
+    set(arg_TIMEOUT 1500)
+  endif()
+  set(environment "${arg_ENVIRONMENT}")
+  set(labels "${arg_LABELS}")
+  string(MD5 tag "${arg_PREFIX}${arg_SUITE_REGEX}${arg_PER_SUITE}")
+  set(script "${CMAKE_CURRENT_BINARY_DIR}/${target}_tests_${tag}.cmake")
+  set(properties "LABELS \"${labels}\" PROCESSORS ${arg_PROCESSORS} ENVIRONMENT \"${environment}\" TIMEOUT ${arg_TIMEOUT} SKIP_REGULAR_EXPRESSION \"\\\\[  SKIPPED \\\\]\"")
+  if(arg_RESOURCE_GROUPS)
+    string(APPEND properties " RESOURCE_GROUPS \"${arg_RESOURCE_GROUPS}\"")
+  endif()
+  if(arg_PER_SUITE)
+    set(add "
+  list(FIND added \"\${suite}\" seen)
+  if(seen EQUAL -1)
+    list(APPEND added \"\${suite}\")
+    add_test(\"${arg_PREFIX}\${suite}\" \"$<TARGET_FILE:${target}>\" \"--gtest_filter=\${suite}.*\")
+    set_tests_properties(\"${arg_PREFIX}\${suite}\" PROPERTIES ${properties})
+  endif()")
+  else()
+    set(add "
+  add_test(\"${arg_PREFIX}\${suite}.\${name}\" \"$<TARGET_FILE:${target}>\" \"--gtest_filter=\${suite}.\${name}\")
+  set_tests_properties(\"${arg_PREFIX}\${suite}.\${name}\" PROPERTIES ${properties})")
+  endif()
+  file(GENERATE OUTPUT "${script}" CONTENT "
+if(NOT EXISTS \"$<TARGET_FILE:${target}>\")
+  add_test(\"${arg_PREFIX}${target}_NOT_BUILT\" \"$<TARGET_FILE:${target}>\")
+  return()
+endif()
+execute_process(COMMAND \"$<TARGET_FILE:${target}>\" --gtest_list_tests
+                OUTPUT_VARIABLE listing RESULT_VARIABLE listed TIMEOUT 60)
+if(NOT listed EQUAL 0)
+  add_test(\"${arg_PREFIX}${target}_DISCOVERY_FAILED\" \"$<TARGET_FILE:${target}>\" --gtest_list_tests)
+  return()
+endif()
+string(REPLACE \"\\n\" \";\" lines \"\${listing}\")
+set(suite \"\")
+set(wanted OFF)
+set(added \"\")
+foreach(line IN LISTS lines)
+  if(line MATCHES \"^([A-Za-z0-9_/]+)\\\\.\")
+    set(suite \"\${CMAKE_MATCH_1}\")
+    set(wanted OFF)
+    if(suite MATCHES \"${arg_SUITE_REGEX}\")
+      set(wanted ON)
+    endif()
+    continue()
+  endif()
+  if(NOT wanted OR NOT line MATCHES \"^  ([A-Za-z0-9_/]+)\")
+    continue()
+  endif()
+  set(name \"\${CMAKE_MATCH_1}\")${add}
+endforeach()
+")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${script}")
+endfunction()
