@@ -11,6 +11,7 @@
 #include <rapidcheck.h>
 
 #include <algorithm>
+#include <thread>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
