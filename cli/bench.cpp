@@ -24,9 +24,20 @@ void add_bench(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
   command->add_flag("--no-peer", *no_peer, "Do not time cuDNN alongside");
+  auto require_gpu = std::make_shared<bool>(false);
+  add_require_gpu(*command, *require_gpu);
+  command->footer(
+      "Exit codes: 0 every pair in a subject's domain was timed (subjects unavailable on this machine are\n"
+      "printed UNAVAILABLE and skipped); 1 a timing failed, or with --require-gpu a subject is unavailable\n"
+      "here; 2 bad input, or nothing could be timed (no GPU, a build without CUDA).");
   command->callback([=, &exit_code] {
     options->problems = read_problems(*lines, *file);
     options->subjects = resolve_subjects(*names, &options->every_subject);
+    if (*require_gpu)
+      if (const int code = check_required_gpu(options->subjects); code != kExitPass) {
+        exit_code = code;
+        return;
+      }
     options->with_peer = !*no_peer;
     exit_code = reports::run_bench(*options);
   });

@@ -1,5 +1,6 @@
 // The flashcheck subcommands. Each returns the process exit code:
-// 0 pass, 1 fail, 2 bad input or unsupported.
+// 0 pass, 1 fail (also a subject unavailable under --require-gpu), 2 bad input
+// or unsupported, or nothing ran.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -26,6 +27,13 @@ std::vector<Problem> read_problems(const std::vector<std::string>& lines, const 
 /// was among them.
 std::vector<Subject*> resolve_subjects(const std::vector<std::string>& names, bool* every = nullptr);
 
+/// Adds --require-gpu to a command: the same name and help on run, fuzz and bench.
+CLI::Option* add_require_gpu(CLI::App& command, bool& flag);
+/// What --require-gpu checks before anything runs: one line on stderr per
+/// subject that cannot run here (and one when no GPU is usable at all, though
+/// no chosen subject needs it), and kExitFail; kExitPass when all can.
+int check_required_gpu(const std::vector<Subject*>& subjects);
+
 /// What `run` (and `replay`) do: judge every subject on every problem and print.
 struct RunOptions {
   std::vector<std::string> subjects;
@@ -36,6 +44,7 @@ struct RunOptions {
   bool quiet = false;
   bool no_peer = false;
   bool kokkos = false;  // also compare with the Kokkos reference
+  bool require_gpu = false;  // an unavailable subject is a failure
 };
 int run_cases(const RunOptions& options);
 

@@ -49,12 +49,23 @@ void add_fuzz(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"memcheck", "racecheck", "initcheck", "synccheck"}));
   command->add_option("--sanitize-cases", options->sanitize_cases, "Cases per subject in --sanitize mode")
       ->check(CLI::PositiveNumber);
+  add_require_gpu(*command, options->require_gpu);
+  command->footer(
+      "Exit codes: 0 every case that ran passed (with mutants: every mutant caught and no subject failed);\n"
+      "unsupported cases, and subjects unavailable on this machine (printed UNAVAILABLE), are counted apart,\n"
+      "never passed; 1 a failure (a crash, a hang, a fault, a verdict), or with --require-gpu a subject\n"
+      "unavailable here; 2 bad input.");
   command->callback([options, shard, names, &exit_code] {
     fuzz::parse_shard(*shard, options->shard, options->shards);
     bool every = false;
     options->subjects = resolve_subjects(*names, &every);
     if (!options->sanitize.empty() && every)  // `all` under a sanitizer: the GPU subjects
       std::erase_if(options->subjects, [](const Subject* s) { return !s->capabilities().needs_gpu; });
+    if (options->require_gpu)
+      if (const int code = check_required_gpu(options->subjects); code != kExitPass) {
+        exit_code = code;
+        return;
+      }
     options->worker_exe = self_exe();
     exit_code = fuzz::run_sweep(*options);
   });

@@ -22,6 +22,16 @@ void add_list(CLI::App& app, int& exit_code) {
       fmt::print("{} {}(s):\n", list.size(), what);
       for (Subject* subject : list) fmt::print("  {:<28} {}\n", subject->name(), subject->description());
     };
+    // Smoke tests exercise the pipeline but cannot fail on accuracy: listed
+    // apart, marked, and never in `all`.
+    const auto& smoke = Registry::instance().smoke_tests();
+    if (!smoke.empty())
+      fmt::print("{} smoke test(s), not in 'all' (judged against themselves: they check the pipeline, not accuracy):\n",
+                 smoke.size());
+    for (Subject* subject : smoke) {
+      fmt::print("  {:<20} [smoke] {}\n", subject->name(), subject->description());
+      fmt::print("  {:<20} {}\n", "", describe(subject->capabilities()));
+    }
     print_names("mutant", Registry::instance().mutants());
     print_names("fixture", Registry::instance().fixtures());
     const GpuInventory gpus = gpu_devices();

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -94,7 +95,10 @@ int run_cases(const RunOptions& options) {
   judge_options.keep_outputs = options.kokkos;
   if (options.kokkos && !kokkos_available())
     throw std::runtime_error("--kokkos: this build has no Kokkos reference (install libtrilinos-kokkos-dev, reconfigure)");
-  int passed = 0, failed = 0, unsupported = 0;
+  if (options.require_gpu)
+    if (const int code = check_required_gpu(subjects); code != kExitPass) return code;
+  int passed = 0, failed = 0, unsupported = 0, unavailable = 0;
+  std::set<std::string_view> reported_unavailable;  // one UNAVAILABLE line per subject
   const bool single = problems.size() * subjects.size() == 1;
   for (const Problem& problem : problems) {
     // With --kokkos: the inputs once per problem, and the Kokkos reference once
@@ -110,6 +114,17 @@ int run_cases(const RunOptions& options) {
         ++unsupported;
         if (single || !every_subject)
           fmt::print(stderr, "unsupported: {} does not support this problem: {}\n", subject->name(), result.message);
+        continue;
+      }
+      if (result.status == Status::unavailable) {
+        if (options.require_gpu) {  // the device went away after the check: still one line, and a failure
+          fmt::print(stderr, "flashcheck: --require-gpu: {} is unavailable here: {}\n", subject->name(), result.message);
+          ++failed;
+          continue;
+        }
+        ++unavailable;
+        if (reported_unavailable.insert(subject->name()).second)
+          fmt::print("UNAVAILABLE  {:<12} not run on this machine: {}\n", subject->name(), result.message);
         continue;
       }
       if (!options.quiet || !result.passed()) {
@@ -131,16 +146,31 @@ int run_cases(const RunOptions& options) {
     }
   }
   if (!single)
-    fmt::print("\nsummary: {} case(s): {} pass, {} fail, {} unsupported (skipped){}\n", passed + failed + unsupported,
-               passed, failed, unsupported, records ? fmt::format("; records appended to {}", records->path()) : "");
+    fmt::print("\nsummary: {} case(s): {} pass, {} fail, {} unsupported (skipped), {} unavailable (not run here){}\n",
+               passed + failed + unsupported + unavailable, passed, failed, unsupported, unavailable,
+               records ? fmt::format("; records appended to {}", records->path()) : "");
   if (failed > 0) return kExitFail;
   if (unsupported > 0 && !every_subject) return kExitBadInput;
   if (passed == 0) {
-    fmt::print(stderr, "flashcheck: no case ran: every subject/problem pair was unsupported\n");
+    fmt::print(stderr, "flashcheck: no case ran: every subject/problem pair was {}\n",
+               unavailable == 0 ? "unsupported"
+               : unsupported == 0 ? "unavailable on this machine"
+                                  : "unsupported or unavailable on this machine");
     return kExitBadInput;
   }
   return kExitPass;
 }
+
+namespace {
+
+/// The footer of `run` and `replay`: what the exit code says.
+constexpr const char* kRunExitCodes =
+    "Exit codes: 0 every case that ran passed (problems outside a subject's domain under 'all', and\n"
+    "subjects unavailable on this machine, are printed and skipped, never passed); 1 a case failed, or\n"
+    "with --require-gpu a subject is unavailable here; 2 bad input, a problem outside a named subject's\n"
+    "domain, or no case ran at all.";
+
+}  // namespace
 
 void add_run(CLI::App& app, int& exit_code) {
   auto options = std::make_shared<RunOptions>();
@@ -159,6 +189,8 @@ void add_run(CLI::App& app, int& exit_code) {
   command->add_flag("--kokkos", options->kokkos,
                     "Also triangulate: the subject against the Kokkos reference, and cpu_f64 against it, on the\n"
                     "checked rows (to tell a subject's bug from an oracle's)");
+  add_require_gpu(*command, options->require_gpu);
+  command->footer(kRunExitCodes);
   command->callback([options, &exit_code] { exit_code = run_cases(*options); });
 }
 

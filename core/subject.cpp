@@ -142,6 +142,8 @@ Subject* Registry::find(std::string_view name) {
     if (mutant->name() == name) return mutant;
   for (Subject* fixture : fixtures())
     if (fixture->name() == name) return fixture;
+  for (Subject* smoke : smoke_tests())
+    if (smoke->name() == name) return smoke;
   return nullptr;
 }
 

@@ -73,6 +73,8 @@ struct Capabilities {
   std::int64_t tile_q = 64;
   std::int64_t tile_kv = 64;
   /// Needs a CUDA device; the minimum compute capability (major*10+minor).
+  /// Where either is missing, a run returns Status::unavailable (this machine
+  /// cannot run it), never unsupported, and its tests are skipped.
   bool needs_gpu = false;
   int min_compute_capability = 0;
   /// The precision the subject really computes in, when it differs from the
@@ -133,7 +135,8 @@ class Subject {
   /// Versions of the libraries behind the subject, for its records (empty: none).
   virtual std::string version_info() const { return {}; }
   /// Runs one call. Implementations check the domain first and return
-  /// unsupported (without touching anything) outside it.
+  /// unsupported (without touching anything) outside it, then unavailable
+  /// where this machine cannot run them (no GPU, no driver, too old a GPU).
   virtual RunResult run(const Problem& problem, const Inputs& inputs) = 0;
   /// Makes later runs split the keys `splits` ways (0: the subject's own
   /// heuristic). Returns false, changing nothing, where the subject has no such
@@ -155,13 +158,16 @@ class Subject {
 };
 
 /// The process-wide lists of subjects, of mutants (deliberately broken
-/// subjects that the test suite must catch) and of fixtures (subjects that
+/// subjects that the test suite must catch), of fixtures (subjects that
 /// misbehave on purpose to test the harness itself: never in `all` or
-/// `mutants`, found by name only), filled by static registration objects and
-/// constructed on first use, in registration order.
+/// `mutants`, found by name only) and of smoke tests (subjects that exercise
+/// the pipeline but cannot fail on accuracy, such as the same-precision
+/// baseline judged against itself: never in `all`, found by name, listed
+/// apart), filled by static registration objects and constructed on first
+/// use, in registration order.
 class Registry {
  public:
-  enum class Kind { subject, mutant, fixture };
+  enum class Kind { subject, mutant, fixture, smoke };
   using Factory = std::function<std::unique_ptr<Subject>()>;
 
   static Registry& instance();
@@ -172,7 +178,9 @@ class Registry {
   const std::vector<Subject*>& mutants() { return materialise(Kind::mutant); }
   /// The harness's test fixtures, in builds that link them (flashcheck-testing).
   const std::vector<Subject*>& fixtures() { return materialise(Kind::fixture); }
-  /// A subject, mutant or fixture by name.
+  /// The pipeline smoke tests (not subjects under test: not in `all`).
+  const std::vector<Subject*>& smoke_tests() { return materialise(Kind::smoke); }
+  /// A subject, mutant, fixture or smoke test by name.
   Subject* find(std::string_view name);
   /// Marks a mutant whose flaw is not expected to show on the hardware at
   /// hand, with the reason: the mutant suite still runs it, and reports it
@@ -188,17 +196,25 @@ class Registry {
     std::vector<Subject*> view;
   };
   const std::vector<Subject*>& materialise(Kind kind);
-  List& list(Kind kind) { return kind == Kind::subject ? subjects_ : kind == Kind::mutant ? mutants_ : fixtures_; }
-  List subjects_, mutants_, fixtures_;
+  List& list(Kind kind) {
+    switch (kind) {
+      case Kind::mutant: return mutants_;
+      case Kind::fixture: return fixtures_;
+      case Kind::smoke: return smoke_;
+      default: return subjects_;
+    }
+  }
+  List subjects_, mutants_, fixtures_, smoke_;
   std::vector<std::pair<std::string, std::string>> unobservable_;
 };
 
-/// Registers a subject type at static-initialisation time:
-///   static SubjectRegistration<CpuLowp> registration;
+/// Registers a subject type at static-initialisation time (a smoke test with
+/// Registry::Kind::smoke):
+///   static SubjectRegistration<CpuPlain> registration;
 template <typename SubjectType>
 struct SubjectRegistration {
-  SubjectRegistration() {
-    Registry::instance().add([] { return std::make_unique<SubjectType>(); });
+  explicit SubjectRegistration(Registry::Kind kind = Registry::Kind::subject) {
+    Registry::instance().add([] { return std::make_unique<SubjectType>(); }, kind);
   }
 };
 

@@ -29,6 +29,9 @@ struct FuzzOptions {
   int shrink_runs = 200;  // most runs spent shrinking one failure
   std::vector<int> gpus;  // one worker per listed device (empty: one worker, devices as inherited)
   std::string worker_exe;  // the binary whose `fuzz-worker` runs cases (this one)
+  // A case whose subject cannot run on this machine (verdict `unavailable`) is
+  // a failure, not a skip (--require-gpu).
+  bool require_gpu = false;
   // Sanitizer mode: a few small cases per subject, each in a worker under
   // `compute-sanitizer --tool <sanitize>` (memcheck, racecheck, initcheck or
   // synccheck), instead of the sweep. Findings are failed records.
@@ -36,9 +39,11 @@ struct FuzzOptions {
   int sanitize_cases = 4;  // cases per subject
 };
 
-/// Runs a sweep; returns 0 when every case passed (with mutants in it: when
-/// every mutant was caught and no other subject failed), 1 otherwise; throws
-/// std::invalid_argument on bad input.
+/// Runs a sweep; returns 0 when every case that ran passed (with mutants in
+/// it: when every mutant was caught and no other subject failed), 1 otherwise
+/// (also for an unavailable case under require_gpu); throws
+/// std::invalid_argument on bad input. Unsupported and unavailable cases are
+/// counted apart, never as passes.
 int run_sweep(const FuzzOptions& options);
 
 /// The worker loop: reads "case<TAB>subject<TAB>problem" lines on stdin and

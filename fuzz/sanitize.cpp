@@ -153,7 +153,7 @@ int run_sanitize(const FuzzOptions& options) {
   ::signal(SIGPIPE, SIG_IGN);
 
   struct Tally {
-    int cases = 0, findings = 0, other_failures = 0, unsupported = 0;
+    int cases = 0, findings = 0, other_failures = 0, unsupported = 0, unavailable = 0;
     std::string first;
   };
   std::map<std::string, Tally> tally;
@@ -219,6 +219,11 @@ int run_sanitize(const FuzzOptions& options) {
         ++t.unsupported;
         continue;
       }
+      if (verdict == "unavailable") {  // nothing ran under the tool: not a clean case
+        ++t.unavailable;
+        if (options.require_gpu) ++failures;
+        continue;
+      }
       ++t.cases;
       if (!failed(record)) continue;
       if (code == kFindingExit) {
@@ -238,10 +243,11 @@ int run_sanitize(const FuzzOptions& options) {
              "{} failed case(s) recorded before (resumed); records in {}\n",
              options.sanitize, sanitizer, findings, failures - findings,
              std::chrono::duration<double>(Clock::now() - started).count() / 60, recorded_failures, records.string());
-  fmt::print("{:<32} {:>6} {:>9} {:>7} {:>12}  first finding\n", "subject", "cases", "findings", "other", "unsupported");
+  fmt::print("{:<32} {:>6} {:>9} {:>7} {:>12} {:>12}  first finding\n", "subject", "cases", "findings", "other",
+             "unsupported", "unavailable");
   for (const auto& [name, t] : tally)
-    fmt::print("{:<32} {:>6} {:>9} {:>7} {:>12}  {}\n", name, t.cases, t.findings, t.other_failures, t.unsupported,
-               t.first);
+    fmt::print("{:<32} {:>6} {:>9} {:>7} {:>12} {:>12}  {}\n", name, t.cases, t.findings, t.other_failures,
+               t.unsupported, t.unavailable, t.first);
   return failures + recorded_failures > 0 ? 1 : 0;
 }
 

@@ -61,7 +61,7 @@ double number(const nlohmann::json& record, const char* key) {
 
 bool failed(const nlohmann::json& record) {
   const std::string verdict = record.value("verdict", "error");
-  return verdict != "pass" && verdict != "unsupported";
+  return verdict != "pass" && verdict != "unsupported" && verdict != "unavailable";
 }
 
 Recorded read_records(const fs::path& path) {
@@ -334,7 +334,8 @@ std::optional<Problem> shrink(Worker& worker, const Subject& subject, rc::Shrink
 }
 
 struct SubjectStats {
-  std::int64_t cases = 0, passed = 0, unsupported = 0;
+  std::int64_t cases = 0, passed = 0, unsupported = 0, unavailable = 0;
+  std::string unavailable_because;  // the first unavailable case's message
   std::map<std::string, std::int64_t> failures;  // by check
   double worst_ratio = 0;
   double seconds = 0;
@@ -444,6 +445,10 @@ int run_sweep(const FuzzOptions& options) {
     s.seconds += std::chrono::duration<double>(Clock::now() - c.started).count();
     if (record.value("verdict", "") == "unsupported") {
       ++s.unsupported;
+      return;
+    }
+    if (record.value("verdict", "") == "unavailable") {  // the machine cannot run it: neither pass nor fail
+      if (s.unavailable++ == 0) s.unavailable_because = record.value("message", "");
       return;
     }
     ++s.cases;
@@ -582,14 +587,27 @@ int run_sweep(const FuzzOptions& options) {
              workers.size() > 1 ? fmt::format("time of {} workers", workers.size()) : std::string("wall time"),
              subject_ms / 1e3, share(subject_ms), oracle_ms / 1e3, share(oracle_ms), inputs_ms / 1e3, share(inputs_ms),
              std::max(0.0, 100 - share(subject_ms) - share(oracle_ms) - share(inputs_ms)));
-  fmt::print("{:<32} {:>7} {:>7} {:>8} {:>11} {:>9} {:>11}  failures by check\n", "subject", "cases", "passes",
-             "failures", "worst ratio", "cases/min", "unsupported");
+  fmt::print("{:<32} {:>7} {:>7} {:>8} {:>11} {:>9} {:>11} {:>11}  failures by check\n", "subject", "cases", "passes",
+             "failures", "worst ratio", "cases/min", "unsupported", "unavailable");
   for (const auto& [name, s] : stats) {
     std::string by_check;
     for (const auto& [check, count] : s.failures) by_check += fmt::format("{}{}={}", by_check.empty() ? "" : " ", check, count);
-    fmt::print("{:<32} {:>7} {:>7} {:>8} {:>11.3g} {:>9.0f} {:>11}  {}\n", name, s.cases, s.passed, s.cases - s.passed,
-               s.worst_ratio, s.seconds > 0 ? 60 * s.cases / s.seconds : 0.0, s.unsupported, by_check);
+    fmt::print("{:<32} {:>7} {:>7} {:>8} {:>11.3g} {:>9.0f} {:>11} {:>11}  {}\n", name, s.cases, s.passed,
+               s.cases - s.passed, s.worst_ratio, s.seconds > 0 ? 60 * s.cases / s.seconds : 0.0, s.unsupported,
+               s.unavailable, by_check);
   }
+  // Subjects this machine cannot run: said, never passed; failures under --require-gpu.
+  std::int64_t unavailable_subjects = 0;
+  for (const auto& [name, s] : stats)
+    if (s.unavailable > 0) {
+      ++unavailable_subjects;
+      if (options.require_gpu)
+        fmt::print(stderr, "flashcheck: --require-gpu: {} is unavailable here: {}\n", name, s.unavailable_because);
+      else
+        fmt::print("UNAVAILABLE  {}: {} case(s) not run on this machine: {}\n", name, s.unavailable,
+                   s.unavailable_because);
+    }
+  if (options.require_gpu && unavailable_subjects > 0) return 1;
   if (first_catch.empty()) return failures > 0 ? 1 : 0;
 
   // The mutation score: caught / total, and when each was first caught.
@@ -597,7 +615,7 @@ int run_sweep(const FuzzOptions& options) {
   for (const auto& [name, when] : first_catch)
     if (!caught.count(name) && stats[name].cases == 0) ++not_run;
   fmt::print("\nmutation score: {}/{} caught{}\n", caught.size(), first_catch.size(),
-             not_run ? fmt::format(" ({} never ran: every case unsupported here, e.g. no GPU)", not_run) : "");
+             not_run ? fmt::format(" ({} never ran: every case unsupported or unavailable here)", not_run) : "");
   fmt::print("{:<32} {:>9} {:>16}  {}\n", "mutant", "cases", "first catch", "caught by");
   for (const auto& [name, when] : first_catch) {
     const SubjectStats& s = stats[name];

@@ -11,8 +11,11 @@
 // accumulation is about 3x more accurate in f32 than a textbook dot product:
 // that made the tolerance rule fail a correct f32 kernel that sums in order.)
 //
-// Registered also as the CPU subject `cpu-lowp`, so the whole pipeline runs
-// without a GPU. Its masks are its own code, separate from cpu_f64's.
+// Registered also as the smoke test `smoke-cpu-lowp`, so the whole pipeline
+// runs without a GPU. Judged, it is its own baseline (every ratio 0.50 by
+// construction), so it cannot fail on accuracy: it is not in `all`, and
+// `cpu-plain` is the CPU control subject. Its masks are its own code,
+// separate from cpu_f64's.
 #pragma once
 
 #include "core/subject.hpp"
@@ -24,7 +27,7 @@ namespace flashcheck {
 /// (inputs are rounded to it first when the storage dtype is wider).
 AttentionRows cpu_lowp_rows(const Problem& problem, const Inputs& inputs, const RowSet& rows, DType working);
 
-/// Domain of the cpu-lowp subject: everything the vocabulary can express.
+/// Domain of the smoke-cpu-lowp smoke test: everything the vocabulary can express.
 inline constexpr Capabilities kCpuLowpCapabilities = {
     .dtypes = {DType::f32, DType::f16, DType::bf16},
     .min_head_dim = 1,
@@ -38,9 +41,9 @@ inline constexpr Capabilities kCpuLowpCapabilities = {
 
 class CpuLowp : public Subject {
  public:
-  std::string_view name() const override { return "cpu-lowp"; }
+  std::string_view name() const override { return "smoke-cpu-lowp"; }
   std::string_view description() const override {
-    return "plain attention rounded to the working dtype after each step (CPU, the same-precision baseline)";
+    return "pipeline smoke test: the same-precision baseline judged against itself (CPU; cannot fail on accuracy)";
   }
   const Capabilities& capabilities() const override { return kCpuLowpCapabilities; }
   RunResult run(const Problem& problem, const Inputs& inputs) override;

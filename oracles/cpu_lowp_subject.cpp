@@ -1,9 +1,10 @@
-// Registers the cpu-lowp baseline as a subject, so that the whole pipeline runs
-// on a machine without a GPU.
+// Registers the cpu_lowp baseline as the smoke test `smoke-cpu-lowp`, so that
+// the whole pipeline runs on a machine without a GPU. A smoke test, not a
+// subject under test: judged, it is its own baseline, so it is never in `all`.
 #include "oracles/cpu_lowp.hpp"
 
 namespace flashcheck {
 namespace {
-SubjectRegistration<CpuLowp> registration;
+SubjectRegistration<CpuLowp> registration(Registry::Kind::smoke);
 }
 }  // namespace flashcheck

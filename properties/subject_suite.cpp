@@ -32,13 +32,13 @@ std::string test_name(std::string_view name) {
   return out;
 }
 
-// GPU subjects are tested only where a device is present: elsewhere their tests
-// are reported SKIPPED (ctest shows them as not run), never passed.
+// GPU subjects are tested only where they can run: a device of at least their
+// declared compute capability. Elsewhere their tests are reported SKIPPED
+// (ctest shows them as not run), never passed.
 // Why a subject cannot run here, or empty when it can.
 std::string missing_gpu(const Subject& subject) {
-  if (!subject.capabilities().needs_gpu) return {};
-  const GpuInventory gpus = gpu_devices();
-  return gpus.devices.empty() ? fmt::format("{} needs a GPU: {}", subject.name(), gpus.note) : std::string();
+  const auto why = unavailable_reason(subject.capabilities());
+  return why ? fmt::format("{} is unavailable here: {}", subject.name(), *why) : std::string();
 }
 
 class PropertyTest : public testing::Test {

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 
+#include "core/gpu/device_info.hpp"
 #include "core/record.hpp"
 #include "core/values.hpp"
 #ifdef FLASHCHECK_HAVE_CUDA
@@ -94,6 +95,11 @@ int run_bench(const BenchOptions& options) {
       const bool is_peer = subject == peer;
       std::string why;
       if (auto reason = unsupported_reason(subject->capabilities(), p)) why = "outside its domain: " + *reason;
+      if (auto reason = unavailable_reason(subject->capabilities()); reason && why.empty()) {
+        // This machine cannot run it (too old a GPU, say): said on every line, not a failed timing.
+        fmt::print("{:<22} {:>9}  {} (UNAVAILABLE here: {})\n", subject->name(), "-", to_line(p), *reason);
+        continue;
+      }
       if (!why.empty()) {
         if (!options.every_subject)
           fmt::print("{:<22} {:>9}  {} ({})\n", subject->name(), "-", to_line(p), why);

@@ -163,7 +163,7 @@ def accuracy(records):
     groups = collections.OrderedDict()
     for r in sorted((r for r in records if kind_of(r) == "case"), key=lambda r: (str(r.get("subject", "")), str(r.get("dtype", "")))):
         key = (r.get("subject", "?"), r.get("dtype") or problem_fields(r.get("problem")).get("dtype", "?"))
-        g = groups.setdefault(key, dict(subject=key[0], dtype=key[1], cases=0, passes=0, unsupported=0,
+        g = groups.setdefault(key, dict(subject=key[0], dtype=key[1], cases=0, passes=0, unsupported=0, unavailable=0,
                                          failures=collections.Counter(), failed=[], worst=[], hist=None,
                                          ulp=None, base_hist=None, base_ulp=None, peer_hist=None, peer_ulp=None,
                                          max_abs=0.0, sq_sum=0.0, count=0, max_ulp=0.0, per_case=[],
@@ -171,6 +171,9 @@ def accuracy(records):
         verdict = r.get("verdict", "error")
         if verdict == "unsupported":
             g["unsupported"] += 1
+            continue
+        if verdict == "unavailable":  # the machine could not run it: neither a pass nor a failure
+            g["unavailable"] += 1
             continue
         g["cases"] += 1
         if r.get("subject_version"):
@@ -273,10 +276,11 @@ def compare(records, baseline):
                                          f"beyond the {100 * threshold:.0f}% noise threshold)"))
     old_cases = {}
     for r in baseline:
-        if kind_of(r) == "case" and r.get("verdict") != "unsupported" and r.get("subject") and r.get("problem"):
+        if kind_of(r) == "case" and r.get("verdict") not in ("unsupported", "unavailable") and r.get("subject") \
+                and r.get("problem"):
             old_cases[(r.get("subject"), r.get("problem"))] = r
     for r in records:
-        if kind_of(r) != "case" or r.get("verdict") == "unsupported":
+        if kind_of(r) != "case" or r.get("verdict") in ("unsupported", "unavailable"):
             continue
         old = old_cases.get((r.get("subject"), r.get("problem")))
         if not old:
@@ -453,9 +457,10 @@ def summarise(groups, rows, ceilings, regressions, notes, warnings, inputs, base
     subjects = []
     for g in groups.values():
         if not g["cases"]:
-            continue  # every case outside its domain: counted in `unsupported_only`
+            continue  # every case outside its domain or unavailable: in `not_run` below
         subjects.append(dict(subject=g["subject"], dtype=g["dtype"], cases=g["cases"], passes=g["passes"],
                              pass_rate=g["passes"] / g["cases"] if g["cases"] else None, unsupported=g["unsupported"],
+                             unavailable=g["unavailable"],
                              failures_by_check=dict(g["failures"]), failures=g["failed"][:50],
                              worst_ratios=[dict(ratio=r, problem=p) for r, p in g["worst"][:5]],
                              o_abs_error=dict(p50_at_most=g["p50"], p99_at_most=g["p99"], p999_at_most=g["p999"],
@@ -466,10 +471,16 @@ def summarise(groups, rows, ceilings, regressions, notes, warnings, inputs, base
     bench = [{k: r.get(k) for k in ("subject", "problem", "dtype", "bound", "median_ms", "min_ms", "max_ms", "tflops",
                                     "fraction_of_gemm", "gbps", "fraction_of_copy", "speed_vs_cudnn", "input_sets")}
              for r in sorted(rows, key=lambda r: (r["problem"], r["subject"]))]
-    unsupported_only = sorted(f"{g['subject']} ({g['dtype']})" for g in groups.values() if not g["cases"])
+    unsupported_only = sorted(f"{g['subject']} ({g['dtype']})" for g in groups.values()
+                              if not g["cases"] and not g["unavailable"])
     if unsupported_only:
         warnings = warnings + [f"{len(unsupported_only)} subject/dtype pair(s) had only unsupported cases (outside "
-                               f"their domain, or no GPU here): {', '.join(unsupported_only)}"]
+                               f"their domain): {', '.join(unsupported_only)}"]
+    unavailable = sorted(f"{g['subject']} ({g['dtype']}, {g['unavailable']} case(s))" for g in groups.values()
+                         if g["unavailable"])
+    if unavailable:
+        warnings = warnings + [f"{len(unavailable)} subject/dtype pair(s) were unavailable on the machine that ran "
+                               f"them (no GPU, no driver, or too old a GPU), not judged: {', '.join(unavailable)}"]
     return dict(generated=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), inputs=inputs,
                 baseline=baseline_inputs, warnings=warnings, regressions=regressions, comparison_notes=notes,
                 ceilings={k: ceilings.get(k) for k in ("device", "gemm_bf16_tflops", "gemm_f32_tflops", "copy_gbps",
@@ -569,7 +580,7 @@ def html_report(summary, groups, images, title):
     parts.append("<h2>Accuracy per subject</h2><table><tr><th class='l'>subject</th><th>dtype</th><th>cases</th>"
                  "<th>pass rate</th><th class='l'>failures by check</th><th>worst ratio</th><th>O |err| p50 ≤</th>"
                  "<th>p99 ≤</th><th>p99.9 ≤</th><th>max</th><th>RMSE</th><th>rel. RMSE median</th><th>rel. RMSE max</th>"
-                 "<th>max ULP</th><th>unsupported</th></tr>")
+                 "<th>max ULP</th><th>unsupported</th><th>unavailable</th></tr>")
     for s in summary["subjects"]:
         rate = s["pass_rate"]
         css = "ok" if rate == 1 else "bad"
@@ -582,7 +593,7 @@ def html_report(summary, groups, images, title):
                      f"<td>{fmt_float(a['p99_at_most'], '.0e')}</td><td>{fmt_float(a['p999_at_most'], '.0e')}</td>"
                      f"<td>{fmt_float(a['max'])}</td><td>{fmt_float(a['rmse'])}</td><td>{fmt_float(a['relative_rmse_median'])}</td>"
                      f"<td>{fmt_float(a['relative_rmse_max'])}</td><td>{fmt_float(a['max_ulp'], '.3g')}</td>"
-                     f"<td>{s['unsupported']}</td></tr>")
+                     f"<td>{s['unsupported']}</td><td>{s['unavailable']}</td></tr>")
     parts.append("</table><p>Percentiles come from the merged log-scale histograms: each is the upper edge of "
                  "its bin. RMSE pools every compared element; cases of very different magnitude (near-overflow "
                  "values) dominate it, so the relative RMSE (a case's RMSE over its reference's RMS) is given per "

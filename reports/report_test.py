@@ -128,6 +128,31 @@ class Report(unittest.TestCase):
         self.assertEqual(run.returncode, 2)
         self.assertEqual(len(run.stderr.strip().splitlines()), 1, run.stderr)
 
+    def test_unavailable_cases_are_counted_apart_never_passed(self):
+        records = load(ACCURACY)
+        subject = records[0]["subject"]
+        unavailable = [dict(schema=1, subject=subject, problem=r["problem"], dtype=r["dtype"], status="unavailable",
+                            verdict="unavailable", message="needs a GPU; none is usable here (no CUDA device)")
+                       for r in records if r["subject"] == subject]
+        mine = [dict(r, subject="gpu-less") for r in unavailable]  # a subject with no case judged at all
+        save(self.path("records.jsonl"), records + unavailable + mine)
+        run = report(self.path("records.jsonl"), "-o", self.path("out"))
+        self.assertEqual(run.returncode, 0, run.stderr)
+        with open(os.path.join(self.path("out"), "summary.json"), encoding="utf-8") as f:
+            summary = json.load(f)
+        judged = {(s["subject"], s["dtype"]): s for s in summary["subjects"]}
+        before = {(r["subject"], r["dtype"]) for r in records}
+        for key, s in judged.items():
+            self.assertEqual(s["cases"], sum(1 for r in records if (r["subject"], r["dtype"]) == key and
+                                             r.get("verdict") != "unsupported"), key)
+            expected = sum(1 for r in unavailable if (r["subject"], r["dtype"]) == key)
+            self.assertEqual(s["unavailable"], expected, key)
+        self.assertFalse(any(k[0] == "gpu-less" for k in judged), "nothing judged: not a row with a pass rate")
+        self.assertEqual(set(judged) - before, set())
+        warning = next((w for w in summary["warnings"] if "unavailable on the machine" in w), "")
+        self.assertIn("gpu-less", warning)
+        self.assertIn(subject, warning)
+
     def test_no_records_is_one_line_and_exit_2(self):
         os.makedirs(self.path("empty"))
         for args in ([self.path("empty")], [self.path("missing")]):

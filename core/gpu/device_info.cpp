@@ -22,6 +22,7 @@ GpuInventory gpu_devices() {
                                  static_cast<double>(properties.totalGlobalMem) / (1u << 30)});
   }
   if (inventory.devices.empty()) inventory.note = "no CUDA device";
+  if (cudaGetDevice(&inventory.current) != cudaSuccess) cudaGetLastError();
   return inventory;
 }
 

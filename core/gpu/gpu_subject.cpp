@@ -95,7 +95,9 @@ RunResult GpuSubject::run(const Problem& p, const Inputs& in) {
   if (auto refusal_outside = refuse_outside(capabilities(), p)) return *refusal_outside;
   RunResult result;
   if (auto refusal = device_refusal(capabilities())) {
-    result.status = context_poisoned() ? Status::fault : Status::unsupported;
+    // No device, no driver or too old a device: this machine cannot run it
+    // (unavailable, not outside the domain). A poisoned context is a fault.
+    result.status = context_poisoned() ? Status::fault : Status::unavailable;
     result.message = *refusal;
     return result;
   }

@@ -1,7 +1,8 @@
 // GpuSubject: the base of every CUDA kernel under test. It owns everything
 // around the launch, so that each kernel file holds only its kernel, its
 // launcher and its Capabilities:
-//   - the domain check (unsupported without launching), and the device check;
+//   - the domain check (unsupported without launching), and the device check
+//     (unavailable without a usable device of the declared compute capability);
 //   - inputs uploaded in the problem's dtype and layout;
 //   - O and LSE in guarded buffers, poisoned before the call;
 //   - after the call: every CUDA error checked (a sticky one is a `fault`),

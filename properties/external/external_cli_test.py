@@ -57,7 +57,7 @@ class External(unittest.TestCase):
 
     def test_run_kokkos_triangulates_each_case(self):  # not external, but the same binary and harness
         # A padded batch: rows past a sequence's length are padding, skipped as the judge skips them.
-        run = flashcheck("run", "-s", "cpu-lowp", "--kokkos", "-p",
+        run = flashcheck("run", "-s", "smoke-cpu-lowp", "--kokkos", "-p",
                          "b=2 hq=2 sq=7 skv=9 lens_q=3,7 lens_kv=9,2 d=8 dtype=f32 mask=causal_br dseed=4")
         if run.returncode == 2 and "no Kokkos reference" in run.stderr:
             self.skipTest("this build has no Kokkos reference")
@@ -67,7 +67,7 @@ class External(unittest.TestCase):
         self.assertEqual(set(lines), {"cpu_f64 vs kokkos_f64", "subject vs cpu_f64", "subject vs kokkos_f64"})
         for name, text in lines.items():  # "1.2e-07 (3.4e-07)": O, then LSE
             o, lse = (float(x.strip("()")) for x in text.split())
-            self.assertLess(o, 1e-5 if name.startswith("subject") else 1e-12, name)  # cpu-lowp rounds to f32
+            self.assertLess(o, 1e-5 if name.startswith("subject") else 1e-12, name)  # smoke-cpu-lowp rounds to f32
 
     def test_list_shows_the_declared_domain(self):
         run = flashcheck("external", "--config", self.config([("fake-a", fake()), ("fake-b", fake())]), "list")
@@ -81,7 +81,7 @@ class External(unittest.TestCase):
                               ("fake-garbage", fake("garbage", 2))])
         out = os.path.join(self.dir, "sweep")
         run = flashcheck("external", "--config", config, "--watchdog", "3", "fuzz", "--subjects",
-                         "fake-good,fake-crash,fake-hang,fake-garbage,cpu-lowp", "--cases", "40", "--seed", "7",
+                         "fake-good,fake-crash,fake-hang,fake-garbage,smoke-cpu-lowp", "--cases", "40", "--seed", "7",
                          "--shrink-runs", "0", "--out", out, timeout=600)
         self.assertEqual(run.returncode, 1, run.stdout + run.stderr)  # failures were found
         self.assertRegex(run.stdout, r"sweep summary: 40 case\(s\)")
@@ -91,8 +91,8 @@ class External(unittest.TestCase):
         by = {}
         for r in got:
             by.setdefault(r["subject"], []).append(r)
-        self.assertEqual(set(by), {"fake-good", "fake-crash", "fake-hang", "fake-garbage", "cpu-lowp"})
-        for name in ("fake-good", "cpu-lowp"):
+        self.assertEqual(set(by), {"fake-good", "fake-crash", "fake-hang", "fake-garbage", "smoke-cpu-lowp"})
+        for name in ("fake-good", "smoke-cpu-lowp"):
             self.assertTrue(all(r["verdict"] in ("pass", "unsupported") for r in by[name]), by[name])
         # Every worker answers its first case and misbehaves on its second;
         # the sweep's worker process lives on, and so each misbehaviour
@@ -113,7 +113,7 @@ class External(unittest.TestCase):
             (["--cmd", "flashcheck-no-such-worker", "--name", "x", "list"], "cannot run 'flashcheck-no-such-worker'"),
             (["--cmd", fake("refuse"), "--name", "x", "list"], "refused the handshake"),
             (["--cmd", fake("bad-caps"), "--name", "x", "list"], "unknown key 'warp_speed'"),
-            (["--cmd", fake(), "--name", "cpu-lowp", "list"], "the name is taken"),
+            (["--cmd", fake(), "--name", "smoke-cpu-lowp", "list"], "the name is taken"),
             (["--cmd", fake(), "--name", "two words", "list"], "without spaces"),
             (["list"], "needs --cmd and --name, or --config"),
             (["fuzz", "--cases", "3", "--out", os.path.join(self.dir, "never")], "needs --cmd and --name, or --config"),

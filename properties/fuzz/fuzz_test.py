@@ -50,33 +50,33 @@ class Sweep(unittest.TestCase):
         return os.path.join(self.dir, name)
 
     def test_cpu_sweep_passes_and_summarises(self):
-        run = sweep(self.out("a"), "--subjects", "cpu-lowp,cpu-plain", "--cases", "30", "--seed", "11")
+        run = sweep(self.out("a"), "--subjects", "smoke-cpu-lowp,cpu-plain", "--cases", "30", "--seed", "11")
         self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
         got = records(self.out("a"))
         self.assertEqual(len(got), 30)
         self.assertEqual(len({r["case"] for r in got}), 30)
         self.assertTrue(all(r["verdict"] in ("pass", "unsupported") for r in got), got)
-        self.assertEqual({r["subject"] for r in got}, {"cpu-lowp", "cpu-plain"})
+        self.assertEqual({r["subject"] for r in got}, {"smoke-cpu-lowp", "cpu-plain"})
         self.assertRegex(run.stdout, r"sweep summary: 30 case\(s\) run in [0-9.]+ min \([0-9]+ cases/min\), 0 failure")
         self.assertRegex(run.stdout, r"oracles \(f64 \+ baseline\) [0-9.]+ s \([0-9]+%\)")
 
     def test_same_seed_same_cases(self):
         for name in ("a", "b"):
-            sweep(self.out(name), "--subjects", "cpu-lowp,cpu-plain", "--cases", "15", "--seed", "5")
+            sweep(self.out(name), "--subjects", "smoke-cpu-lowp,cpu-plain", "--cases", "15", "--seed", "5")
         first = [(r["case"], r["subject"], r["problem"]) for r in records(self.out("a"))]
         second = [(r["case"], r["subject"], r["problem"]) for r in records(self.out("b"))]
         self.assertEqual(first, second)
-        sweep(self.out("c"), "--subjects", "cpu-lowp,cpu-plain", "--cases", "15", "--seed", "6")
+        sweep(self.out("c"), "--subjects", "smoke-cpu-lowp,cpu-plain", "--cases", "15", "--seed", "6")
         self.assertNotEqual(first, [(r["case"], r["subject"], r["problem"]) for r in records(self.out("c"))])
 
     def test_shards_are_disjoint_slices_of_one_stream(self):
         whole = {}
-        sweep(self.out("whole"), "--subjects", "cpu-lowp,cpu-plain", "--cases", "12", "--seed", "9")
+        sweep(self.out("whole"), "--subjects", "smoke-cpu-lowp,cpu-plain", "--cases", "12", "--seed", "9")
         for r in records(self.out("whole")):
             whole[r["case"]] = (r["subject"], r["problem"])
         parts = {}
         for i in range(3):
-            sweep(self.out(f"s{i}"), "--subjects", "cpu-lowp,cpu-plain", "--cases", "4", "--seed", "9", "--shard",
+            sweep(self.out(f"s{i}"), "--subjects", "smoke-cpu-lowp,cpu-plain", "--cases", "4", "--seed", "9", "--shard",
                   f"{i}/3")
             for r in records(self.out(f"s{i}")):
                 self.assertNotIn(r["case"], parts, "a case ran in two shards")
@@ -84,7 +84,7 @@ class Sweep(unittest.TestCase):
         self.assertEqual(parts, whole)
 
     def test_a_crashing_worker_is_a_recorded_failure_and_the_sweep_goes_on(self):
-        run = sweep(self.out("a"), "--subjects", "misbehave-crash,cpu-lowp", "--cases", "12", "--seed", "3")
+        run = sweep(self.out("a"), "--subjects", "misbehave-crash,smoke-cpu-lowp", "--cases", "12", "--seed", "3")
         self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
         got = records(self.out("a"))
         self.assertEqual(len(got), 12)
@@ -94,14 +94,14 @@ class Sweep(unittest.TestCase):
             self.assertEqual(r["verdict"], "crash")
             self.assertIn(SEGV_EPITAPH, r["message"])
             self.assertIn("--problem '", r["reproducer"])
-        self.assertTrue(all(r["verdict"] == "pass" for r in got if r["subject"] == "cpu-lowp"))
+        self.assertTrue(all(r["verdict"] == "pass" for r in got if r["subject"] == "smoke-cpu-lowp"))
         with open(os.path.join(self.out("a"), "corpus", "misbehave-crash.problems"), encoding="utf-8") as f:
             lines = [line for line in f.read().splitlines() if line and not line.startswith("#")]
         expected = [r["problem"] for r in crashes] + [r["shrunk_problem"] for r in crashes if "shrunk_problem" in r]
         self.assertEqual(sorted(lines), sorted(expected))
 
     def test_a_worker_with_a_sticky_fault_is_replaced(self):
-        run = sweep(self.out("a"), "--subjects", "misbehave-fault,cpu-lowp", "--cases", "16", "--seed", "21",
+        run = sweep(self.out("a"), "--subjects", "misbehave-fault,smoke-cpu-lowp", "--cases", "16", "--seed", "21",
                     "--shrink-runs", "0")
         self.assertEqual(run.returncode, 1, run.stderr)
         got = records(self.out("a"))
@@ -110,7 +110,7 @@ class Sweep(unittest.TestCase):
         for r in got:
             verdicts[r["subject"]].add(r["verdict"])
         self.assertEqual(verdicts["misbehave-fault"], {"fault"})
-        self.assertEqual(verdicts["cpu-lowp"], {"pass"})
+        self.assertEqual(verdicts["smoke-cpu-lowp"], {"pass"})
 
     def test_a_hanging_worker_meets_the_watchdog(self):
         start = time.monotonic()
@@ -124,7 +124,7 @@ class Sweep(unittest.TestCase):
         sweep(self.out("a"), "--subjects", "misbehave-crash", "--cases", "2", "--seed", "4")
         with open(os.path.join(self.out("a"), "corpus", "misbehave-crash.problems"), encoding="utf-8") as f:
             stored = [line for line in f.read().splitlines() if line and not line.startswith("#")]
-        run = sweep(self.out("a"), "--subjects", "cpu-lowp", "--cases", "2", "--seed", "8")
+        run = sweep(self.out("a"), "--subjects", "smoke-cpu-lowp", "--cases", "2", "--seed", "8")
         got = records(self.out("a"))
         replayed = [r for r in got if r["case"].startswith("corpus:")]
         self.assertEqual(sorted(r["problem"] for r in replayed), sorted(stored), run.stdout)
@@ -133,7 +133,7 @@ class Sweep(unittest.TestCase):
 
     def test_kill_9_of_the_driver_loses_nothing_and_records_nothing_twice(self):
         out = self.out("a")
-        args = [BINARY, "fuzz", "--out", out, "--subjects", "cpu-lowp,cpu-plain", "--cases", "400", "--seed", "2"]
+        args = [BINARY, "fuzz", "--out", out, "--subjects", "smoke-cpu-lowp,cpu-plain", "--cases", "400", "--seed", "2"]
         for _ in range(3):  # kill it three times, at different points
             driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(0.3)
@@ -171,7 +171,7 @@ class Sweep(unittest.TestCase):
         self.assertEqual(replay.returncode, 1, replay.stdout)
 
     def test_one_worker_per_gpu_runs_the_same_cases(self):
-        common = ["--subjects", "cpu-lowp,cpu-plain,misbehave-crash", "--cases", "24", "--seed", "12",
+        common = ["--subjects", "smoke-cpu-lowp,cpu-plain,misbehave-crash", "--cases", "24", "--seed", "12",
                   "--shrink-runs", "0"]
         sweep(self.out("one"), *common)
         run = sweep(self.out("four"), *common, "--gpus", "0,1,2,3")
@@ -183,7 +183,7 @@ class Sweep(unittest.TestCase):
 
     def test_bad_input_is_one_line_and_exit_2(self):
         for args in (["--subjects", "no-such-subject", "--cases", "1"], ["--shard", "3/2", "--cases", "1"],
-                     ["--subjects", "cpu-lowp"]):
+                     ["--subjects", "smoke-cpu-lowp"]):
             run = sweep(self.out("bad"), *args)
             self.assertEqual(run.returncode, 2, args)
             self.assertEqual(len(run.stderr.strip().splitlines()), 1, run.stderr)
@@ -194,9 +194,9 @@ class Sweep(unittest.TestCase):
         self.assertTrue(os.path.exists(corpus))
         with open(corpus, encoding="utf-8") as f:
             line = [l for l in f.read().splitlines() if not l.startswith("#")][0]
-        run = subprocess.run([BINARY, "replay", line, "--subject", "cpu-lowp"], capture_output=True, text=True,
+        run = subprocess.run([BINARY, "replay", line, "--subject", "smoke-cpu-lowp"], capture_output=True, text=True,
                              timeout=120)
-        self.assertIn(run.returncode, (0, 2), run.stdout + run.stderr)  # 2: outside cpu-lowp's domain is possible
+        self.assertIn(run.returncode, (0, 2), run.stdout + run.stderr)  # 2: outside smoke-cpu-lowp's domain is possible
 
     def test_mutants_sweep_prints_the_score_and_ends_when_all_are_caught(self):
         start = time.monotonic()
@@ -218,19 +218,19 @@ class Sweep(unittest.TestCase):
         self.assertIn("mutation score: 1/1 caught", run.stdout)
 
     def test_the_time_budget_carries_over_a_resume(self):
-        common = ["--subjects", "cpu-lowp,cpu-plain", "--minutes", "0.05", "--seed", "8"]
+        common = ["--subjects", "smoke-cpu-lowp,cpu-plain", "--minutes", "0.05", "--seed", "8"]
         first = sweep(self.out("a"), *common)
         self.assertEqual(first.returncode, 0, first.stderr)
         second = sweep(self.out("a"), *common)
         self.assertIn("min already spent (resumed)", second.stderr)
         self.assertIn("sweep summary: 0 case(s) run", second.stdout, "the spent budget is not spent again")
-        other = sweep(self.out("a"), "--subjects", "cpu-lowp,cpu-plain", "--minutes", "0.05", "--seed", "9")
+        other = sweep(self.out("a"), "--subjects", "smoke-cpu-lowp,cpu-plain", "--minutes", "0.05", "--seed", "9")
         self.assertNotIn("already spent", other.stderr, "another seed is another sweep, with its own budget")
 
     def test_sanitize_mode_records_the_tools_findings(self):
         env = dict(os.environ, FLASHCHECK_COMPUTE_SANITIZER=os.path.join(HERE, "fake_sanitizer.py"),
                    FAKE_SANITIZER_FINDS="cpu-plain")
-        args = ["--sanitize", "memcheck", "--subjects", "cpu-lowp,cpu-plain", "--sanitize-cases", "2"]
+        args = ["--sanitize", "memcheck", "--subjects", "smoke-cpu-lowp,cpu-plain", "--sanitize-cases", "2"]
         run = sweep(self.out("a"), *args, env=env)
         self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
         got = records(self.out("a"))
@@ -269,11 +269,11 @@ class Sweep(unittest.TestCase):
 
     def test_sanitize_mode_without_the_tool_is_one_line_and_exit_2(self):
         env = dict(os.environ, FLASHCHECK_COMPUTE_SANITIZER="/nonexistent/compute-sanitizer")
-        run = sweep(self.out("a"), "--sanitize", "memcheck", "--subjects", "cpu-lowp", env=env)
+        run = sweep(self.out("a"), "--sanitize", "memcheck", "--subjects", "smoke-cpu-lowp", env=env)
         self.assertEqual(run.returncode, 2)
         self.assertEqual(len(run.stderr.strip().splitlines()), 1, run.stderr)
         self.assertIn("compute-sanitizer", run.stderr)
-        bad = sweep(self.out("a"), "--sanitize", "leakcheck", "--subjects", "cpu-lowp")
+        bad = sweep(self.out("a"), "--sanitize", "leakcheck", "--subjects", "smoke-cpu-lowp")
         self.assertEqual(bad.returncode, 2)
 
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -54,15 +55,28 @@ int count_lines(const std::string& text) {
 
 const char* kGqaCausalLine = "b=2 hq=8 hkv=2 sq=128 skv=192 d=64 dtype=bf16 mask=causal_br values=normal(0.5,1) dseed=4";
 
-TEST(CliTest, ListShowsTheCpuSubject) {
+TEST(CliTest, ListShowsTheCpuSubjectAndTheSmokeTestApart) {
   const Outcome r = flashcheck("list");
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("cpu-lowp"), std::string::npos) << r.out;
+  const auto smoke_section = r.out.find("smoke test(s), not in 'all'");
+  ASSERT_NE(smoke_section, std::string::npos) << r.out;
+  // cpu-plain, the CPU control, among the subjects; smoke-cpu-lowp after them, marked.
+  const auto plain = r.out.find("  cpu-plain ");
+  EXPECT_LT(plain, smoke_section) << r.out;
+  EXPECT_NE(r.out.find("smoke-cpu-lowp       [smoke]", smoke_section), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("smoke-cpu-lowp"), r.out.find("smoke-cpu-lowp", smoke_section)) << "listed among the subjects\n"
+                                                                                       << r.out;
   EXPECT_NE(r.out.find("masks=none,causal_tl,causal_br,window"), std::string::npos) << r.out;
 }
 
+TEST(CliTest, AllLeavesTheSmokeTestOut) {
+  const Outcome r = flashcheck(std::string("run -s all --problem '") + kGqaCausalLine + "'");
+  EXPECT_NE(r.out.find("cpu-plain"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("smoke-cpu-lowp"), std::string::npos) << r.out;
+}
+
 TEST(CliTest, RunPrintsMetricsAndAPassVerdict) {
-  const Outcome r = flashcheck(std::string("run --subject cpu-lowp --problem '") + kGqaCausalLine + "'");
+  const Outcome r = flashcheck(std::string("run --subject smoke-cpu-lowp --problem '") + kGqaCausalLine + "'");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("o.max_abs"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("lse.rmse"), std::string::npos) << r.out;
@@ -73,7 +87,7 @@ TEST(CliTest, RecordsAreAppendedAsJsonLines) {
   const auto path = scratch_dir() / "records" / "out.jsonl";
   std::filesystem::remove(path);
   for (int i = 0; i < 2; ++i) {
-    const Outcome r = flashcheck(std::string("run --subject cpu-lowp --record ") + path.string() + " --problem '" +
+    const Outcome r = flashcheck(std::string("run --subject smoke-cpu-lowp --record ") + path.string() + " --problem '" +
                                  kGqaCausalLine + "'");
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
@@ -82,7 +96,7 @@ TEST(CliTest, RecordsAreAppendedAsJsonLines) {
   int records = 0;
   while (std::getline(file, line)) {
     const auto record = nlohmann::json::parse(line);
-    EXPECT_EQ(record["subject"], "cpu-lowp");
+    EXPECT_EQ(record["subject"], "smoke-cpu-lowp");
     EXPECT_EQ(record["verdict"], "pass");
     EXPECT_EQ(record["schema"], 1);
     EXPECT_TRUE(record["metrics"]["o"]["errors"].contains("p999"));
@@ -113,27 +127,27 @@ TEST_P(CliBadInputTest, OneLineAndExitCodeTwo) {
 INSTANTIATE_TEST_SUITE_P(
     Inputs, CliBadInputTest,
     testing::Values(
-        BadRun{"Malformed", "run -s cpu-lowp -p 'b=1 hq=8 sq12 skv=12 d=64 dtype=bf16'", "sq12: expected key=value"},
-        BadRun{"Truncated", "run -s cpu-lowp -p 'b=1 hq=8 hkv=2 sq=12'", "skv: missing"},
-        BadRun{"UnknownDtype", "run -s cpu-lowp -p 'b=1 hq=8 sq=12 skv=12 d=64 dtype=fp8'", "unknown dtype 'fp8'"},
-        BadRun{"UnknownMask", "run -s cpu-lowp -p 'b=1 hq=8 sq=12 skv=12 d=64 dtype=f16 mask=causal'", "unknown mask"},
-        BadRun{"NegativeSize", "run -s cpu-lowp -p 'b=1 hq=8 sq=-12 skv=12 d=64 dtype=f16'", "sq: -12 must be >= 0"},
-        BadRun{"GqaNotMultiple", "run -s cpu-lowp -p 'b=1 hq=6 hkv=4 sq=12 skv=12 d=64 dtype=f16'", "not a multiple"},
-        BadRun{"WindowOnCausal", "run -s cpu-lowp -p 'b=1 hq=4 sq=12 skv=12 d=64 dtype=f16 mask=causal_tl window=3,0'",
+        BadRun{"Malformed", "run -s smoke-cpu-lowp -p 'b=1 hq=8 sq12 skv=12 d=64 dtype=bf16'", "sq12: expected key=value"},
+        BadRun{"Truncated", "run -s smoke-cpu-lowp -p 'b=1 hq=8 hkv=2 sq=12'", "skv: missing"},
+        BadRun{"UnknownDtype", "run -s smoke-cpu-lowp -p 'b=1 hq=8 sq=12 skv=12 d=64 dtype=fp8'", "unknown dtype 'fp8'"},
+        BadRun{"UnknownMask", "run -s smoke-cpu-lowp -p 'b=1 hq=8 sq=12 skv=12 d=64 dtype=f16 mask=causal'", "unknown mask"},
+        BadRun{"NegativeSize", "run -s smoke-cpu-lowp -p 'b=1 hq=8 sq=-12 skv=12 d=64 dtype=f16'", "sq: -12 must be >= 0"},
+        BadRun{"GqaNotMultiple", "run -s smoke-cpu-lowp -p 'b=1 hq=6 hkv=4 sq=12 skv=12 d=64 dtype=f16'", "not a multiple"},
+        BadRun{"WindowOnCausal", "run -s smoke-cpu-lowp -p 'b=1 hq=4 sq=12 skv=12 d=64 dtype=f16 mask=causal_tl window=3,0'",
                "only valid with mask=window"},
-        BadRun{"TooBig", "run -s cpu-lowp -p 'b=4096 hq=64 sq=131072 skv=131072 d=256 dtype=f32'", "GiB"},
-        BadRun{"Unsupported", "run -s cpu-lowp -p 'b=1 hq=1 sq=4 skv=4 d=1000 dtype=f16'", "unsupported"},
+        BadRun{"TooBig", "run -s smoke-cpu-lowp -p 'b=4096 hq=64 sq=131072 skv=131072 d=256 dtype=f32'", "GiB"},
+        BadRun{"Unsupported", "run -s smoke-cpu-lowp -p 'b=1 hq=1 sq=4 skv=4 d=1000 dtype=f16'", "unsupported"},
         BadRun{"UnknownSubject", "run -s no-such-kernel -p 'b=1 hq=1 sq=4 skv=4 d=16 dtype=f16'", "unknown subject"},
-        BadRun{"NoProblem", "run -s cpu-lowp", "no problem given"},
+        BadRun{"NoProblem", "run -s smoke-cpu-lowp", "no problem given"},
         BadRun{"MissingSubject", "run -p 'b=1 hq=1 sq=4 skv=4 d=16 dtype=f16'", "--subject is required"},
         BadRun{"UnknownCommand", "frobnicate", "unknown command 'frobnicate'"},
-        BadRun{"MissingProblemsFile", "run -s cpu-lowp --problems /nonexistent/problems.txt", "cannot read"}),
+        BadRun{"MissingProblemsFile", "run -s smoke-cpu-lowp --problems /nonexistent/problems.txt", "cannot read"}),
     [](const testing::TestParamInfo<BadRun>& info) { return info.param.name; });
 
 TEST(CliTest, BadLineInAProblemsFileNamesTheLine) {
   const auto path = scratch_dir() / "problems.txt";
   std::ofstream(path) << "# a comment\n" << kGqaCausalLine << "\n\nb=1 hq=2 sq=3 skv=3 d=8 dtype=f17\n";
-  const Outcome r = flashcheck("run -s cpu-lowp --problems " + path.string());
+  const Outcome r = flashcheck("run -s smoke-cpu-lowp --problems " + path.string());
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("problems.txt:4"), std::string::npos) << r.err;
@@ -154,14 +168,103 @@ TEST(CliTest, SweepOverAProblemsFileSummarisesAndPasses) {
   ASSERT_GT(subjects, 0);
   int runnable = 0;
   const bool gpu_present = listed.out.find("GPU: none") == std::string::npos;
-  for (std::size_t at = listed.out.find("dtypes="); at != std::string::npos; at = listed.out.find("dtypes=", at + 1)) {
+  const std::size_t smoke_tests = listed.out.find("smoke test(s), not in 'all'");  // listed after the subjects
+  for (std::size_t at = listed.out.find("dtypes="); at < smoke_tests; at = listed.out.find("dtypes=", at + 1)) {
     const std::string line = listed.out.substr(at, listed.out.find('\n', at) - at);
     const bool takes_f16_and_bf16 = line.find("f16") != std::string::npos && line.find("bf16") != std::string::npos;
     if (takes_f16_and_bf16 && (line.find("device=cpu") != std::string::npos || gpu_present)) ++runnable;
   }
+  // The rest is unsupported (outside a domain) or, for GPU subjects without
+  // a GPU, unavailable: skipped either way, never passed.
   const std::string expected = std::to_string(3 * subjects) + " case(s): " + std::to_string(2 * runnable) +
-                               " pass, 0 fail, " + std::to_string(3 * subjects - 2 * runnable) + " unsupported";
-  EXPECT_NE(r.out.find(expected), std::string::npos) << "expected '" << expected << "' in\n" << r.out;
+                               " pass, 0 fail, ";
+  const auto at = r.out.find(expected);
+  ASSERT_NE(at, std::string::npos) << "expected '" << expected << "' in\n" << r.out;
+  int unsupported = -1, unavailable = -1;
+  ASSERT_EQ(std::sscanf(r.out.c_str() + at + expected.size(), "%d unsupported (skipped), %d unavailable", &unsupported,
+                        &unavailable),
+            2)
+      << r.out;
+  EXPECT_EQ(unsupported + unavailable, 3 * subjects - 2 * runnable) << r.out;
+  const bool gpu_subjects = listed.out.find("device=gpu") != std::string::npos;
+  EXPECT_EQ(unavailable > 0, gpu_subjects && !gpu_present) << r.out;
+  if (unavailable > 0) {
+    EXPECT_NE(r.out.find("UNAVAILABLE"), std::string::npos) << r.out;
+  }
+}
+
+// --require-gpu (run, fuzz, bench): a subject that cannot run here is a
+// failure with one line naming it and why; without the flag it is reported
+// UNAVAILABLE and is never a pass. These run where no GPU is usable.
+class RequireGpuTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    const Outcome listed = flashcheck("list");
+    ASSERT_EQ(listed.exit_code, 0) << listed.err;
+    if (listed.out.find("GPU: none") == std::string::npos) GTEST_SKIP() << "a GPU is usable here";
+    // A GPU subject of the build (none without CUDA) whose domain holds kProblem.
+    for (std::size_t at = listed.out.find("device=gpu"); at != std::string::npos && gpu_subject_.empty();
+         at = listed.out.find("device=gpu", at + 1)) {
+      const std::size_t line_start = listed.out.rfind('\n', at);
+      const std::string caps = listed.out.substr(line_start, listed.out.find('\n', at) - line_start);
+      if (caps.find("dtypes=f16,bf16 d=64,") == std::string::npos || caps.find("sq<=") != std::string::npos ||
+          caps.find("seqlen_multiple") != std::string::npos)
+        continue;
+      const std::size_t name_line = listed.out.rfind('\n', line_start - 1);
+      std::istringstream(listed.out.substr(name_line + 1)) >> gpu_subject_;
+    }
+  }
+  static constexpr const char* kProblem = " -p 'b=1 hq=2 sq=64 skv=64 d=64 dtype=f16'";
+  std::string gpu_subject_;
+};
+
+TEST_F(RequireGpuTest, AGpuSubjectFailsWithOneLine) {
+  if (gpu_subject_.empty()) GTEST_SKIP() << "built without CUDA: no GPU subject (see ...WithNoGpuAtAll)";
+  for (const std::string command : {"run", "bench"}) {
+    const Outcome r = flashcheck(command +  " --require-gpu -s " + gpu_subject_ + kProblem);
+    EXPECT_EQ(r.exit_code, 1) << command << "\n" << r.out << r.err;
+    EXPECT_EQ(count_lines(r.err), 1) << command << "\n" << r.err;
+    EXPECT_NE(r.err.find(gpu_subject_ + " is unavailable here: needs a GPU"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("PASS"), std::string::npos) << r.out;
+  }
+  const Outcome fuzz = flashcheck("fuzz --require-gpu --subjects " + gpu_subject_ + " --cases 2 --out " +
+                                  (scratch_dir() / "sweep").string());
+  EXPECT_EQ(fuzz.exit_code, 1) << fuzz.out << fuzz.err;
+  EXPECT_EQ(count_lines(fuzz.err), 1) << fuzz.err;
+  EXPECT_NE(fuzz.err.find(gpu_subject_ + " is unavailable here"), std::string::npos) << fuzz.err;
+}
+
+TEST_F(RequireGpuTest, WithoutTheFlagAGpuSubjectIsUnavailableNeverPassed) {
+  if (gpu_subject_.empty()) GTEST_SKIP() << "built without CUDA: no GPU subject";
+  const Outcome r = flashcheck("run -s " + gpu_subject_ + kProblem);
+  EXPECT_NE(r.exit_code, 0) << r.out << r.err;  // nothing ran: not a pass
+  EXPECT_NE(r.out.find("UNAVAILABLE  " + gpu_subject_), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("PASS"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("no case ran: every subject/problem pair was unavailable"), std::string::npos) << r.err;
+  // Beside a CPU subject that passes: exit 0, and the GPU subject said UNAVAILABLE.
+  const Outcome mixed =
+      flashcheck("run -s cpu-plain -s " + gpu_subject_ + kProblem);
+  EXPECT_EQ(mixed.exit_code, 0) << mixed.out << mixed.err;
+  EXPECT_NE(mixed.out.find("1 pass, 0 fail, 0 unsupported (skipped), 1 unavailable"), std::string::npos) << mixed.out;
+  EXPECT_NE(mixed.out.find("UNAVAILABLE  " + gpu_subject_), std::string::npos) << mixed.out;
+}
+
+TEST_F(RequireGpuTest, ACpuSubjectAloneFailsWithNoGpuAtAll) {
+  const Outcome r = flashcheck(std::string("run --require-gpu -s cpu-plain -p '") + kGqaCausalLine + "'");
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("--require-gpu: no GPU is usable here"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("PASS"), std::string::npos) << r.out;
+}
+
+TEST(CliTest, RunFuzzAndBenchShareRequireGpuAndDocumentTheirExitCodes) {
+  for (const char* command : {"run", "fuzz", "bench"}) {
+    const Outcome r = flashcheck(std::string(command) + " --help");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("--require-gpu"), std::string::npos) << command << "\n" << r.out;
+    EXPECT_NE(r.out.find("Fail (exit 1) when a chosen subject is unavailable here"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("Exit codes: 0"), std::string::npos) << command << "\n" << r.out;
+  }
 }
 
 }  // namespace

@@ -293,7 +293,7 @@ TEST(CpuLowpTest, ErrorGrowsWithTheWorkingPrecision) {
 }
 
 TEST(CpuLowpTest, SubjectRefusesProblemsOutsideItsDomain) {
-  Subject* subject = Registry::instance().find("cpu-lowp");
+  Subject* subject = Registry::instance().find("smoke-cpu-lowp");
   ASSERT_NE(subject, nullptr);
   const Problem p = make_problem(1, 1, 1, 4, 4, 600, DType::bf16);
   const RunResult result = subject->run(p, generate_inputs(p));
@@ -302,7 +302,7 @@ TEST(CpuLowpTest, SubjectRefusesProblemsOutsideItsDomain) {
   EXPECT_EQ(result.outputs.o.size(), 0) << "unsupported must not produce outputs";
 }
 
-// A subject that runs cpu-lowp and then damages its output, for the judge.
+// A subject that runs smoke-cpu-lowp and then damages its output, for the judge.
 class DamagedLowp final : public CpuLowp {
  public:
   enum class Damage { scale_o, nan_at_one_position, drop_lse_sign };
@@ -372,7 +372,7 @@ TEST(JudgeTest, LargeProblemsAreCheckedOnSampledRows) {
   const auto record = to_record(result);
   EXPECT_EQ(record["rows_checked"], result.rows.size());
   EXPECT_EQ(record["verdict"], "pass");
-  EXPECT_EQ(record["reproducer"].get<std::string>().rfind("flashcheck run --subject cpu-lowp --problem '", 0), 0u);
+  EXPECT_EQ(record["reproducer"].get<std::string>().rfind("flashcheck run --subject smoke-cpu-lowp --problem '", 0), 0u);
 }
 
 }  // namespace

@@ -1,0 +1,121 @@
+// Unavailable is not unsupported. Whether a subject can run on a machine is
+// decided from the machine's GPU inventory (unavailable_reason, a pure
+// function, tested here with made-up inventories: the suite's ctest skips rest
+// on it), and a GPU subject run where no GPU is usable returns `unavailable`
+// without launching anything.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "core/gpu/device_info.hpp"
+#include "core/values.hpp"
+#include "oracles/judge.hpp"
+#ifdef FLASHCHECK_HAVE_CUDA
+#include "core/gpu/gpu_subject.hpp"
+#endif
+
+namespace flashcheck {
+namespace {
+
+constexpr Capabilities kCpu = {.dtypes = {DType::f16}, .masks = {MaskKind::none}};
+
+constexpr Capabilities gpu_domain(int min_compute_capability) {
+  Capabilities caps = kCpu;
+  caps.needs_gpu = true;
+  caps.min_compute_capability = min_compute_capability;
+  return caps;
+}
+
+// A machine with one device per listed compute capability.
+GpuInventory machine(std::vector<int> compute_capabilities, int current = 0) {
+  GpuInventory gpus;
+  gpus.built_with_cuda = true;
+  gpus.current = current;
+  for (int i = 0; i < static_cast<int>(compute_capabilities.size()); ++i)
+    gpus.devices.push_back({i, "fake sm_" + std::to_string(compute_capabilities[i]), compute_capabilities[i], 100, 80});
+  return gpus;
+}
+
+TEST(Availability, ACpuSubjectRunsAnywhere) {
+  GpuInventory not_built;
+  not_built.note = "built without CUDA";
+  EXPECT_FALSE(unavailable_reason(kCpu, not_built));
+  EXPECT_FALSE(unavailable_reason(kCpu, machine({})));
+  EXPECT_FALSE(unavailable_reason(kCpu, machine({70})));
+}
+
+TEST(Availability, NoCudaInTheBuildNoDeviceOrNoDriverMakeAGpuSubjectUnavailable) {
+  GpuInventory not_built;
+  not_built.note = "built without CUDA (FLASHCHECK_CUDA=OFF or no toolkit found)";
+  const auto without_cuda = unavailable_reason(gpu_domain(80), not_built);
+  ASSERT_TRUE(without_cuda);
+  EXPECT_NE(without_cuda->find("needs a GPU; built without CUDA"), std::string::npos) << *without_cuda;
+
+  GpuInventory broken_driver = machine({});
+  broken_driver.note = "CUDA driver version is insufficient for CUDA runtime version";
+  const auto no_driver = unavailable_reason(gpu_domain(80), broken_driver);
+  ASSERT_TRUE(no_driver);
+  EXPECT_NE(no_driver->find("none is usable here (CUDA driver version is insufficient"), std::string::npos) << *no_driver;
+
+  const auto no_device = unavailable_reason(gpu_domain(0), machine({}));  // no minimum: still needs a device
+  ASSERT_TRUE(no_device);
+  EXPECT_NE(no_device->find("no CUDA device"), std::string::npos) << *no_device;
+}
+
+TEST(Availability, ADeviceBelowTheSubjectsComputeCapabilitySkipsWithTheReason) {
+  const auto hopper_on_ampere = unavailable_reason(gpu_domain(90), machine({80}));
+  ASSERT_TRUE(hopper_on_ampere) << "a Hopper subject on an sm_80 machine must be unavailable";
+  EXPECT_EQ(*hopper_on_ampere, "needs compute capability sm_90 or newer; GPU 0 (fake sm_80) is sm_80");
+  EXPECT_FALSE(unavailable_reason(gpu_domain(90), machine({90})));
+  EXPECT_FALSE(unavailable_reason(gpu_domain(80), machine({80})));
+  EXPECT_FALSE(unavailable_reason(gpu_domain(80), machine({90})));
+  EXPECT_TRUE(unavailable_reason(gpu_domain(80), machine({75})));
+}
+
+TEST(Availability, TheDeviceThisProcessUsesDecides) {
+  EXPECT_FALSE(unavailable_reason(gpu_domain(90), machine({80, 90}, 1)));
+  const auto on_the_older = unavailable_reason(gpu_domain(90), machine({80, 90}, 0));
+  ASSERT_TRUE(on_the_older);
+  EXPECT_NE(on_the_older->find("GPU 0 (fake sm_80) is sm_80"), std::string::npos) << *on_the_older;
+}
+
+#ifdef FLASHCHECK_HAVE_CUDA
+std::atomic<bool> launched{false};
+void record_launch(const gpu::AttentionArgs&, const gpu::CallSite&) { launched = true; }
+constexpr Capabilities kAnyGpu = gpu_domain(0);
+#endif
+
+TEST(Availability, AGpuSubjectWithoutAUsableGpuIsUnavailableAndLaunchesNothing) {
+#ifndef FLASHCHECK_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA: no GpuSubject to run (the inventory cases above still ran)";
+#else
+  const GpuInventory gpus = gpu_devices();
+  if (!gpus.devices.empty()) GTEST_SKIP() << "a GPU is usable here: " << gpus.devices.front().name;
+  gpu::KernelSubject subject("test-gpu-subject", "records whether it was launched", kAnyGpu, record_launch);
+  const Problem p = parse_problem("b=1 hq=2 sq=16 skv=16 d=8 dtype=f16 dseed=1");
+  launched = false;
+  const RunResult run = subject.run(p, generate_inputs(p));
+  EXPECT_EQ(run.status, Status::unavailable) << to_string(run.status) << ": " << run.message;
+  EXPECT_FALSE(run.message.empty());
+  EXPECT_FALSE(launched) << "nothing may run where no GPU is usable";
+  EXPECT_EQ(run.outputs.o.size(), 0);
+
+  // Outside the domain it is still unsupported (the domain is checked first).
+  const RunResult outside = subject.run(parse_problem("b=1 hq=2 sq=16 skv=16 d=8 dtype=f32"), generate_inputs(p));
+  EXPECT_EQ(outside.status, Status::unsupported);
+
+  // The judge and its record carry it: the verdict `unavailable`, never pass.
+  const CaseResult judged = judge(subject, p);
+  EXPECT_EQ(judged.status, Status::unavailable);
+  EXPECT_FALSE(judged.passed());
+  const nlohmann::json record = to_record(judged);
+  EXPECT_EQ(record["verdict"], "unavailable");
+  EXPECT_EQ(record["status"], "unavailable");
+  EXPECT_EQ(record["message"], run.message);
+#endif
+}
+
+}  // namespace
+}  // namespace flashcheck
