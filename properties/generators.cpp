@@ -223,21 +223,26 @@ rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& li
       p.head_dim_v = *rc::gen::inRange<std::int64_t>(1, std::min(caps.max_head_dim_v, limits.max_head_dim) + 1);
     p.head_dim_v = std::min(p.head_dim_v, caps.max_head_dim_v);
     // The softmax scale, drawn (issue 20: a kernel that hard-codes 1/sqrt(d)
-    // passed every check while the scale was always the default). Weights out
-    // of kScaleDraws: the default 1/sqrt(d) in 8 (half the cases: what models
-    // use), 1 in 2 (a scale folded into Q), small ones in 3 (1/4 and 1/16 of the
-    // default: flatter weights, O near the mean of V) and large ones in 3 (4 and
-    // 16 times the default: logits 4 to 16 times their usual spread, sharp
-    // weights down to exp's underflow). Families that design their logits keep
-    // the default: see the line after the values are drawn.
+    // passed every check while the scale was always the default). Shares, in
+    // sixteenths (kScaleShares): the default 1/sqrt(d) in 8 (half the cases:
+    // what models use), 1 in 2 (a scale folded into Q), small ones in 3 (1/4 and
+    // 1/16 of the default: flatter weights, O near the mean of V) and large ones
+    // in 3 (4 and 16 times the default: logits 4 to 16 times their usual
+    // spread, sharp weights down to exp's underflow). weightedElement, unlike
+    // inRange, ignores RapidCheck's size: with inRange, the first half of a
+    // run (small sizes) drew only the default. Families that design their
+    // logits keep the default: see the line after the values are drawn.
     {
-      constexpr int kScaleDraws = 16;  // 8 + 2 + 3 + 3
-      const double standard = default_softmax_scale(p.head_dim);
-      const int draw = *rc::gen::inRange(0, kScaleDraws);
-      p.softmax_scale = draw < 8    ? standard
-                        : draw < 10 ? 1.0
-                        : draw < 13 ? standard * *rc::gen::element(0.25, 0.0625)
-                                    : standard * *rc::gen::element(4.0, 16.0);
+      enum ScaleKind { standard, one, small, large };
+      static constexpr std::pair<std::size_t, ScaleKind> kScaleShares[] = {
+          {8, standard}, {2, one}, {3, small}, {3, large}};
+      const double default_scale = default_softmax_scale(p.head_dim);
+      switch (*rc::gen::weightedElement<ScaleKind>({kScaleShares[0], kScaleShares[1], kScaleShares[2], kScaleShares[3]})) {
+        case standard: p.softmax_scale = default_scale; break;
+        case one: p.softmax_scale = 1.0; break;
+        case small: p.softmax_scale = default_scale * *rc::gen::element(0.25, 0.0625); break;
+        case large: p.softmax_scale = default_scale * *rc::gen::element(4.0, 16.0); break;
+      }
     }
 
     // Heads: GQA ratios 1, 2, 4, 8 and MQA.
