@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -63,6 +64,18 @@ Verdict decide(const CaseMetrics& subject, const CaseMetrics& baseline, DType ou
     verdict.checks.push_back(check("lse.rmse", sl.rmse, bl.rmse,
                                    noise_floor(kLseDtype, bl.ref_rms) + logit_noise(condition, condition.lse_rms)));
   }
+  // The bias check, on O: |mean signed error| (subject, baseline), gated by the
+  // subject's t statistic (tolerance.hpp).
+  {
+    RuleCheck bias = check("o.bias", std::fabs(so.mean_signed), std::fabs(bo.mean_signed),
+                           kBiasFloorRoundings * unit_roundoff(out_dtype) * bo.ref_rms +
+                               logit_noise(condition, condition.o_rms));
+    const bool significant = so.count >= kBiasMinCount && std::fabs(so.bias_t) > kBiasT;
+    const double t_ratio = so.count >= kBiasMinCount ? std::fabs(so.bias_t) / kBiasT : 0.0;
+    bias.ratio = std::min(bias.ratio, t_ratio);
+    bias.pass = bias.pass || !significant;
+    verdict.checks.push_back(bias);
+  }
   verdict.census_pass = subject.o.census.mismatches == 0 && (!subject.has_lse || subject.lse.census.mismatches == 0);
 
   const RuleCheck* decisive = nullptr;
@@ -78,6 +91,15 @@ Verdict decide(const CaseMetrics& subject, const CaseMetrics& baseline, DType ou
                                census.mismatches, at.b, at.h, at.row,
                                at.column < 0 ? std::string("lse") : fmt::format("col={}", at.column),
                                census.first_mismatch->got, census.first_mismatch->want);
+    return verdict;
+  }
+  if (decisive && decisive->metric == "o.bias") {
+    verdict.pass = false;
+    verdict.rule = fmt::format(
+        "o.bias: mean signed error {:.3e} (t = {:.1f}, |t| > {}) > {} x baseline's {:.3e} + floor {:.3e} = {:.3e} "
+        "(ratio {:.2f}): a systematic bias the baseline's rounding does not explain",
+        so.mean_signed, so.bias_t, kBiasT, kBaselineFactor, bo.mean_signed, decisive->floor, decisive->bound,
+        decisive->subject / decisive->bound);
     return verdict;
   }
   if (decisive) {

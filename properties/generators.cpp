@@ -222,7 +222,28 @@ rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& li
     if (!caps.head_dim_v_equal && *rc::gen::inRange(0, 4) == 0)
       p.head_dim_v = *rc::gen::inRange<std::int64_t>(1, std::min(caps.max_head_dim_v, limits.max_head_dim) + 1);
     p.head_dim_v = std::min(p.head_dim_v, caps.max_head_dim_v);
-    p.softmax_scale = default_softmax_scale(p.head_dim);
+    // The softmax scale, drawn (issue 20: a kernel that hard-codes 1/sqrt(d)
+    // passed every check while the scale was always the default). Shares, in
+    // sixteenths (kScaleShares): the default 1/sqrt(d) in 8 (half the cases:
+    // what models use), 1 in 2 (a scale folded into Q), small ones in 3 (1/4 and
+    // 1/16 of the default: flatter weights, O near the mean of V) and large ones
+    // in 3 (4 and 16 times the default: logits 4 to 16 times their usual
+    // spread, sharp weights down to exp's underflow). weightedElement, unlike
+    // inRange, ignores RapidCheck's size: with inRange, the first half of a
+    // run (small sizes) drew only the default. Families that design their
+    // logits keep the default: see the line after the values are drawn.
+    {
+      enum ScaleKind { standard, one, small, large };
+      static constexpr std::pair<std::size_t, ScaleKind> kScaleShares[] = {
+          {8, standard}, {2, one}, {3, small}, {3, large}};
+      const double default_scale = default_softmax_scale(p.head_dim);
+      switch (*rc::gen::weightedElement<ScaleKind>({kScaleShares[0], kScaleShares[1], kScaleShares[2], kScaleShares[3]})) {
+        case standard: p.softmax_scale = default_scale; break;
+        case one: p.softmax_scale = 1.0; break;
+        case small: p.softmax_scale = default_scale * *rc::gen::element(0.25, 0.0625); break;
+        case large: p.softmax_scale = default_scale * *rc::gen::element(4.0, 16.0); break;
+      }
+    }
 
     // Heads: GQA ratios 1, 2, 4, 8 and MQA.
     p.heads_kv = *rc::gen::inRange<std::int64_t>(1, 4);
@@ -268,6 +289,13 @@ rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& li
     fit_budget(p, caps, limits);
     p.values = *gen_values_for(p.dtype, caps.compute_dtype.value_or(p.dtype), caps.tile_kv,
                                limits.allow_special_values && caps.nonfinite_inputs);
+    // dominant, late_max and offset place their logits (at exp's underflow
+    // points, past f16's range) by K = logit / scale, sized for the default
+    // scale: a smaller one overflows K in f16, a larger one multiplies the noise
+    // around the designed gap. They keep the default scale.
+    if (p.values.family == ValueFamily::dominant || p.values.family == ValueFamily::late_max ||
+        p.values.family == ValueFamily::offset)
+      p.softmax_scale = default_softmax_scale(p.head_dim);
     p.geometry_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
     p.data_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
     RC_PRE(!unsupported_reason(caps, p));

@@ -1,6 +1,8 @@
 #include "kernels/cpu/plain.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -29,7 +31,9 @@ RunResult CpuPlain::run(const Problem& p, const Inputs& in) {
   result.outputs.has_lse = true;
   const float minus_infinity = -std::numeric_limits<float>::infinity();
   const auto scale = static_cast<float>(p.softmax_scale);
-  const float logit_scale = flaw_ == PlainFlaw::scale_squared ? scale * scale : scale;
+  float logit_scale = flaw_ == PlainFlaw::scale_squared ? scale * scale : scale;
+  if (flaw_ == PlainFlaw::scale_hardcoded_d64 && p.head_dim == 64) logit_scale = 0.125f;
+  const bool truncate_bf16 = flaw_ == PlainFlaw::bf16_truncating_epilogue && p.dtype == DType::bf16;
   std::vector<float> logits(static_cast<std::size_t>(p.seqlen_kv));
   std::vector<float> accumulator(static_cast<std::size_t>(p.head_dim_v));
   for (std::int64_t b = 0; b < p.batch; ++b)
@@ -65,7 +69,14 @@ RunResult CpuPlain::run(const Problem& p, const Inputs& in) {
           for (std::int64_t c = 0; c < p.head_dim_v; ++c)
             accumulator[c] += weight * static_cast<float>(in.v.get(b, hk, j, c));
         }
-        for (std::int64_t c = 0; c < p.head_dim_v; ++c) result.outputs.o.set(b, h, i, c, accumulator[c] / sum);
+        for (std::int64_t c = 0; c < p.head_dim_v; ++c) {
+          const float value = accumulator[c] / sum;
+          // bf16 is f32's top half: dropping the low 16 bits rounds toward zero
+          // (the store's round-to-nearest then keeps the value as it is).
+          const bool truncate = truncate_bf16 && std::isfinite(value);
+          result.outputs.o.set(b, h, i, c,
+                               truncate ? std::bit_cast<float>(std::bit_cast<std::uint32_t>(value) & 0xFFFF0000u) : value);
+        }
         const float natural = shift + std::log(sum);
         *lse = flaw_ == PlainFlaw::lse_in_log2 ? natural / std::log(2.0f) : natural;
       }

@@ -23,6 +23,8 @@ enum class PlainFlaw {
   scale_squared,             // the softmax scale applied twice
   lse_in_log2,               // LSE written as log2 instead of the natural log
   window_off_by_one,         // the sliding window's left edge one key wider
+  scale_hardcoded_d64,       // at d = 64, logits scaled by 1/sqrt(64) whatever Problem::softmax_scale says
+  bf16_truncating_epilogue,  // bf16 O rounded toward zero (the mantissa's low bits dropped), not to nearest
 };
 
 inline constexpr Capabilities kCpuPlainCapabilities = {

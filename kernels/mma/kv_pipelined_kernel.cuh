@@ -129,7 +129,9 @@ __global__ void __launch_bounds__(kThreads) kv_pipelined_kernel(const gpu::Atten
     }
   }
 #pragma unroll
-  for (int m = 0; m < kM; ++m) store_rows<T>(a, t.b, t.h, t.q0, t.lq, t.o, warp_row + 16 * m, acc[m], state[m]);
+  for (int m = 0; m < kM; ++m)
+    store_rows<T, kTilesD, kFlaw == MmaFlaw::truncating_epilogue>(a, t.b, t.h, t.q0, t.lq, t.o, warp_row + 16 * m,
+                                                                  acc[m], state[m]);
 }
 
 template <typename T, int D, MmaFlaw kFlaw, int kBlockKv = kKvBlockKv<D>>

@@ -37,6 +37,7 @@ enum class MmaFlaw {
   br_as_tl,            // bottom-right causal computed as top-left
   key_tail_unmasked,   // keys past the sequence's end in the last tile are not masked
   window_off_by_one,   // the sliding window sees one key too many on its left
+  truncating_epilogue, // bf16 O rounded toward zero in the epilogue instead of to nearest
 };
 
 // ---- PTX wrappers ----------------------------------------------------------
@@ -105,9 +106,13 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 
 /// Two floats rounded (to nearest even) to T and packed, `low` in the low half.
-template <typename T>
+/// kTowardZero (a mutant's flaw) rounds bf16 toward zero instead.
+template <typename T, bool kTowardZero = false>
 __device__ __forceinline__ std::uint32_t pack(float low, float high) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+  if constexpr (kTowardZero && std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 pair = __halves2bfloat162(__float2bfloat16_rz(low), __float2bfloat16_rz(high));
+    return *reinterpret_cast<const std::uint32_t*>(&pair);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
     return *reinterpret_cast<const std::uint32_t*>(&pair);
   } else {
@@ -385,7 +390,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[kTilesN][4], RowState&
 /// Writes this thread's part of O = acc / sum for its two rows of the m16
 /// tile whose row 0 is block row `tile_row` (rows >= lq are padding and not
 /// written), and their LSE. A row that saw no key has sum 0: O = 0, LSE = -inf.
-template <typename T, int kTilesD>
+template <typename T, int kTilesD, bool kTowardZero = false>
 __device__ __forceinline__ void store_rows(const gpu::AttentionArgs& a, int b, int h, int q0, int lq, T* o,
                                            int tile_row, const float (&acc)[kTilesD][4], const RowState& state) {
   const int lane = threadIdx.x % 32;
@@ -401,7 +406,7 @@ __device__ __forceinline__ void store_rows(const gpu::AttentionArgs& a, int b, i
     T* out = o + static_cast<std::int64_t>(row0 + 8 * r) * a.o_seq_stride + lane % 4 * 2;
 #pragma unroll
     for (int dt = 0; dt < kTilesD; ++dt)
-      *reinterpret_cast<std::uint32_t*>(out + dt * 8) = pack<T>(acc[dt][2 * r] * inverse, acc[dt][2 * r + 1] * inverse);
+      *reinterpret_cast<std::uint32_t*>(out + dt * 8) = pack<T, kTowardZero>(acc[dt][2 * r] * inverse, acc[dt][2 * r + 1] * inverse);
     if (a.lse && lane % 4 == 0)
       a.lse[(static_cast<std::int64_t>(b) * a.heads_q + h) * a.seqlen_q + i] =
           sum > 0.0f ? state.max[r] * a.scale + logf(sum) : -INFINITY;

@@ -20,6 +20,10 @@ constexpr PlainMutant kPlainMutants[] = {
     {PlainFlaw::scale_squared, "mutant-cpu-scale-squared", "cpu-plain with the softmax scale applied twice"},
     {PlainFlaw::lse_in_log2, "mutant-cpu-lse-log2", "cpu-plain writing LSE in log2"},
     {PlainFlaw::window_off_by_one, "mutant-cpu-window-off-by-one", "cpu-plain whose window is one key wider on the left"},
+    {PlainFlaw::scale_hardcoded_d64, "mutant-cpu-scale-hardcoded-d64",
+     "cpu-plain scaling logits by 1/sqrt(64) at d = 64, ignoring Problem::softmax_scale"},
+    {PlainFlaw::bf16_truncating_epilogue, "mutant-cpu-bf16-truncating-epilogue",
+     "cpu-plain rounding its bf16 output toward zero instead of to nearest"},
 };
 
 struct Registrations {

@@ -6,6 +6,15 @@
 namespace flashcheck::kernels::mma {
 namespace {
 
+// A launcher that hard-codes the softmax scale for one head dimension: at
+// d = 64 it passes 1/sqrt(64) whatever Problem::softmax_scale says (the kernel
+// itself is kv_pipelined, unchanged). Invisible at the default scale.
+void launch_scale_hardcoded_d64(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
+  gpu::AttentionArgs hardcoded = a;
+  if (a.head_dim == 64) hardcoded.scale = 0.125f;
+  launch_kv_pipelined<MmaFlaw::none>(hardcoded, site);
+}
+
 template <MmaFlaw kFlaw>
 void add(std::string_view name, std::string_view what) {
   gpu::KernelRegistration(name, what, kMmaCapabilities, launch_kv_pipelined<kFlaw>, Registry::Kind::mutant);
@@ -22,6 +31,11 @@ struct Registrations {
                                     "kv_pipelined not masking the keys past the end in the last key tile");
     add<MmaFlaw::window_off_by_one>("mutant-mma-window-off-by-one",
                                     "kv_pipelined whose sliding window sees one key too many on the left");
+    add<MmaFlaw::truncating_epilogue>("mutant-mma-bf16-truncating-epilogue",
+                                      "kv_pipelined rounding its bf16 output toward zero instead of to nearest");
+    gpu::KernelRegistration("mutant-mma-scale-hardcoded-d64",
+                            "kv_pipelined launched with 1/sqrt(64) at d = 64, ignoring Problem::softmax_scale",
+                            kMmaCapabilities, launch_scale_hardcoded_d64, Registry::Kind::mutant);
   }
 } registrations;
 

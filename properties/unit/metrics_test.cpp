@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -487,7 +488,7 @@ TEST(ToleranceTest, PassesAtTheBoundAndFailsJustAbove) {
   const Verdict at = decide(metrics_of(max_bound, rmse_bound, 0.125, 0.0625), baseline, DType::bf16);
   EXPECT_TRUE(at.pass) << at.rule;
   EXPECT_TRUE(at.census_pass);
-  ASSERT_EQ(at.checks.size(), 2u);
+  ASSERT_EQ(at.checks.size(), 3u);  // o.max_abs, o.rmse, o.bias
   EXPECT_EQ(at.checks[0].metric, "o.max_abs");
   EXPECT_EQ(at.checks[0].bound, max_bound);
   EXPECT_EQ(at.checks[1].metric, "o.rmse");
@@ -553,13 +554,14 @@ TEST(ToleranceTest, CensusMismatchFails) {
 
 TEST(ToleranceTest, LseChecksOnlyWhenBothHaveLse) {
   CaseMetrics subject = metrics_of(1e-3, 1e-4, 1, 1), baseline = metrics_of(1e-3, 1e-4, 1, 1);
-  EXPECT_EQ(decide(subject, baseline, DType::bf16).checks.size(), 2u);
+  EXPECT_EQ(decide(subject, baseline, DType::bf16).checks.size(), 3u);  // O's max, RMSE and bias
   add_lse(subject, 1e-6, 1e-7, 5, 5);
-  EXPECT_EQ(decide(subject, baseline, DType::bf16).checks.size(), 2u);
-  EXPECT_EQ(decide(baseline, subject, DType::bf16).checks.size(), 2u);
+  EXPECT_EQ(decide(subject, baseline, DType::bf16).checks.size(), 3u);
+  EXPECT_EQ(decide(baseline, subject, DType::bf16).checks.size(), 3u);
   add_lse(baseline, 1e-6, 1e-7, 5, 5);
   const Verdict v = decide(subject, baseline, DType::bf16);
-  ASSERT_EQ(v.checks.size(), 4u);
+  ASSERT_EQ(v.checks.size(), 5u);
+  EXPECT_EQ(v.checks[4].metric, "o.bias");
   EXPECT_EQ(v.checks[2].metric, "lse.max_abs");
   EXPECT_EQ(v.checks[3].metric, "lse.rmse");
   // LSE's floor is in f32 whatever the output dtype.
@@ -589,7 +591,7 @@ TEST(ToleranceTest, RuleNamesTheDecisiveMetric) {
 TEST(ToleranceTest, WorstRatioIsTheLargestRatio) {
   const CaseMetrics baseline = metrics_of(1.0, 1.0, 0, 0);  // zero floors: bounds are 2 and 2
   const Verdict v = decide(metrics_of(1.0, 1.6, 0, 0), baseline, DType::f32);
-  ASSERT_EQ(v.checks.size(), 2u);
+  ASSERT_EQ(v.checks.size(), 3u);  // the third, o.bias, has no bias to judge: ratio 0
   EXPECT_DOUBLE_EQ(v.checks[0].ratio, 0.5);
   EXPECT_DOUBLE_EQ(v.checks[1].ratio, 0.8);
   EXPECT_DOUBLE_EQ(v.worst_ratio, 0.8);
@@ -606,6 +608,131 @@ TEST(ToleranceTest, RuleBoundsMatchTheRule) {
   bounds = rule_bounds(baseline, DType::f16);
   ASSERT_TRUE(bounds.lse.has_value());
   EXPECT_EQ(*bounds.lse, 2 * 1e-6 + 2 * 0x1p-24 * 8.0);
+}
+
+// ---- the bias check ---------------------------------------------------------------
+
+// Rows of O whose reference values lean positive (as attention's outputs do
+// with V's +0.5 offset): normal(mean, std) per element, deterministic.
+RowsPair leaning_rows(double mean, double std) {
+  RowsPair rows(make_problem(1, 2, 1, 16, 16, 64, DType::bf16));  // 2048 elements
+  const CounterRng rng(20, 11);
+  for (std::size_t i = 0; i < rows.want.o.size(); ++i) rows.want.o[i] = mean + std * rng.normal(i);
+  rows.got.o = rows.want.o;
+  return rows;
+}
+
+// bf16 of x rounded toward zero (bf16 is f32's top half) and to nearest.
+double toward_zero_bf16(double x) {
+  return std::bit_cast<float>(std::bit_cast<std::uint32_t>(static_cast<float>(x)) & 0xFFFF0000u);
+}
+
+// Subject outputs rounded to bf16 one way or another, against an unbiased
+// baseline that rounds to nearest a value a few ulps off (as plain attention
+// in bf16 is).
+struct BiasCase {
+  RowsPair rows = leaning_rows(0.5, 0.5);
+  CaseMetrics baseline;
+  BiasCase() {
+    RowsPair base = rows;
+    const CounterRng rng(21, 11);
+    for (std::size_t i = 0; i < base.want.o.size(); ++i)
+      base.got.o[i] = round_to(DType::bf16, base.want.o[i] * (1 + 0x1p-7 * rng.normal(i)));
+    baseline = base.compare(DType::bf16);
+  }
+  template <typename Round>
+  CaseMetrics subject(Round round) {
+    for (std::size_t i = 0; i < rows.want.o.size(); ++i) rows.got.o[i] = round(rows.want.o[i]);
+    return rows.compare(DType::bf16);
+  }
+};
+
+const RuleCheck& bias_check(const Verdict& v) {
+  for (const RuleCheck& c : v.checks)
+    if (c.metric == "o.bias") return c;
+  throw std::logic_error("no o.bias check in the verdict");
+}
+
+TEST(BiasRuleTest, TruncatingOutputFailsOnBiasAlone) {
+  BiasCase bias_case;
+  const CaseMetrics truncated = bias_case.subject(toward_zero_bf16);
+  ASSERT_LT(truncated.o.errors.bias_t, -kBiasT) << "the truncation should be significant";
+  const Verdict v = decide(truncated, bias_case.baseline, DType::bf16);
+  EXPECT_FALSE(v.pass);
+  EXPECT_EQ(v.rule.rfind("o.bias", 0), 0u) << v.rule;
+  // The max and RMSE checks let it through: the blind spot the bias check closes.
+  for (const RuleCheck& c : v.checks)
+    if (c.metric != "o.bias") {
+      EXPECT_TRUE(c.pass) << c.metric << " ratio " << c.ratio;
+    }
+  EXPECT_FALSE(bias_check(v).pass);
+  EXPECT_GT(bias_check(v).ratio, 1.0);
+  EXPECT_GT(v.worst_ratio, 1.0);
+}
+
+TEST(BiasRuleTest, UnbiasedOutputAtTheSameMaxErrorPasses) {
+  BiasCase bias_case;
+  const CaseMetrics truncated = bias_case.subject(toward_zero_bf16);
+  // The truncation's error magnitudes, with alternating signs: the same max
+  // error (and RMSE), mean near zero.
+  std::vector<double> magnitudes(bias_case.rows.want.o.size());
+  for (std::size_t i = 0; i < magnitudes.size(); ++i)
+    magnitudes[i] = std::fabs(bias_case.rows.got.o[i] - bias_case.rows.want.o[i]);
+  std::size_t i = 0;
+  const CaseMetrics alternating = bias_case.subject([&](double want) {
+    const double error = i % 2 ? magnitudes[i] : -magnitudes[i];
+    ++i;
+    return want + error;
+  });
+  EXPECT_EQ(alternating.o.errors.max_abs, truncated.o.errors.max_abs);
+  const Verdict v = decide(alternating, bias_case.baseline, DType::bf16);
+  EXPECT_TRUE(v.pass) << v.rule;
+  EXPECT_TRUE(bias_check(v).pass);
+
+  // Round to nearest, the correct epilogue, passes too.
+  const Verdict nearest =
+      decide(bias_case.subject([](double want) { return round_to(DType::bf16, want); }), bias_case.baseline, DType::bf16);
+  EXPECT_TRUE(nearest.pass) << nearest.rule;
+}
+
+TEST(BiasRuleTest, TheBaselinesOwnBiasIsAllowed) {
+  BiasCase bias_case;
+  const CaseMetrics truncated = bias_case.subject(toward_zero_bf16);
+  // A baseline just as biased (it truncates too): the subject is no worse than
+  // plain attention in its precision.
+  RowsPair base = bias_case.rows;
+  for (std::size_t i = 0; i < base.want.o.size(); ++i)
+    base.got.o[i] = toward_zero_bf16(base.want.o[i] * (1 + 0x1p-9 * std::sin(static_cast<double>(i))));
+  const CaseMetrics biased_baseline = base.compare(DType::bf16);
+  ASSERT_LT(biased_baseline.o.errors.bias_t, -kBiasT);
+  const Verdict v = decide(truncated, biased_baseline, DType::bf16);
+  EXPECT_TRUE(v.pass) << v.rule;
+  EXPECT_DOUBLE_EQ(bias_check(v).baseline, std::fabs(biased_baseline.o.errors.mean_signed));
+}
+
+TEST(BiasRuleTest, NeedsASignificantSample) {
+  BiasCase bias_case;
+  CaseMetrics truncated = bias_case.subject(toward_zero_bf16);
+  // The same mean, but |t| at the threshold: not significant.
+  truncated.o.errors.bias_t = -kBiasT;
+  EXPECT_TRUE(decide(truncated, bias_case.baseline, DType::bf16).pass);
+  // A large t on fewer than kBiasMinCount elements: no sample behind it.
+  truncated.o.errors.bias_t = -1e3;
+  truncated.o.errors.count = kBiasMinCount - 1;
+  const Verdict few = decide(truncated, bias_case.baseline, DType::bf16);
+  EXPECT_TRUE(few.pass) << few.rule;
+  EXPECT_EQ(bias_check(few).ratio, 0.0);
+  truncated.o.errors.count = kBiasMinCount;
+  EXPECT_FALSE(decide(truncated, bias_case.baseline, DType::bf16).pass);
+}
+
+TEST(BiasRuleTest, FloorIsAQuarterRoundingAtTheReferencesScale) {
+  BiasCase bias_case;
+  const Verdict v =
+      decide(bias_case.subject([](double want) { return round_to(DType::bf16, want); }), bias_case.baseline, DType::bf16);
+  const RuleCheck& c = bias_check(v);
+  EXPECT_EQ(c.floor, kBiasFloorRoundings * 0x1p-8 * bias_case.baseline.o.errors.ref_rms);
+  EXPECT_EQ(c.bound, kBaselineFactor * std::fabs(bias_case.baseline.o.errors.mean_signed) + c.floor);
 }
 
 // ---- records ----------------------------------------------------------------------
