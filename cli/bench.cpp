@@ -29,6 +29,7 @@ void add_bench(CLI::App& app, int& exit_code) {
     options->subjects = resolve_subjects(*names, &options->every_subject);
     options->with_peer = !*no_peer;
     exit_code = reports::run_bench(*options);
+    print_subject_stats();
   });
 }
 

@@ -26,6 +26,10 @@ std::vector<Problem> read_problems(const std::vector<std::string>& lines, const 
 /// was among them.
 std::vector<Subject*> resolve_subjects(const std::vector<std::string>& names, bool* every = nullptr);
 
+/// Prints, on stderr, the stats() line of every subject that has one (the cuDNN
+/// subject's graph and kernel-cache counters, say).
+void print_subject_stats();
+
 /// What `run` (and `replay`) do: judge every subject on every problem and print.
 struct RunOptions {
   std::vector<std::string> subjects;

@@ -133,6 +133,7 @@ int run_cases(const RunOptions& options) {
   if (!single)
     fmt::print("\nsummary: {} case(s): {} pass, {} fail, {} unsupported (skipped){}\n", passed + failed + unsupported,
                passed, failed, unsupported, records ? fmt::format("; records appended to {}", records->path()) : "");
+  print_subject_stats();
   if (failed > 0) return kExitFail;
   if (unsupported > 0 && !every_subject) return kExitBadInput;
   if (passed == 0) {
