@@ -27,9 +27,12 @@
 #include <string>
 
 #include "kernels/common/attention.cuh"
+#include "kernels/fp32/cublas_unfused.hpp"
 
 namespace flashcheck::kernels {
 namespace {
+
+testing::CublasCreate cublas_create = cublasCreate;
 
 constexpr int kSoftmaxThreads = 128;  // one block per score row
 static_assert(kSoftmaxThreads % 32 == 0 && kSoftmaxThreads <= 32 * 32, "block_reduce combines whole warps in one step");
@@ -137,7 +140,7 @@ class CublasUnfused final : public gpu::GpuSubject {
  private:
   void launch(const Problem& problem, const gpu::AttentionArgs& args, const gpu::CallSite& site) override {
     if (!handle_) {
-      check_cublas(cublasCreate(&handle_), "cublasCreate", site);
+      check_cublas(cublas_create(&handle_), "cublasCreate", site);
       // Pedantic math: FP32 in every phase. It rules out TF32 tensor cores and
       // FP32 emulation even when NVIDIA_TF32_OVERRIDE or the emulation
       // environment variables ask for them, so the subject stays plain f32.
@@ -207,4 +210,10 @@ class CublasUnfused final : public gpu::GpuSubject {
 SubjectRegistration<CublasUnfused> registration;
 
 }  // namespace
+
+testing::CublasCreate testing::replace_cublas_create(CublasCreate create) {
+  const CublasCreate previous = cublas_create;
+  cublas_create = create ? create : cublasCreate;
+  return previous;
+}
 }  // namespace flashcheck::kernels
