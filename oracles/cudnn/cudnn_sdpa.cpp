@@ -15,8 +15,8 @@
 // Nearly every generated case has a geometry of its own, and compiling a
 // graph's kernel (NVRTC) is what made a new graph expensive. So graphs are
 // built with the frontend's dynamic shapes and one kernel cache per topology
-// (dtype, head dims, layout, mask kind, which window bounds are set, padding,
-// GQA): the first graph of a topology compiles its kernel, and later
+// (dtype, head dims, mask kind, which window bounds are set, padding; not the
+// shapes, strides, scale or window sizes): the first graph of a topology compiles its kernel, and later
 // geometries of the topology bind it from the cache (cuDNN 9.5 or newer). The
 // frontend cannot build every case that way (dynamic shapes take its composite
 // SDPA implementation only), so any failure of the dynamic path, at build or
@@ -25,13 +25,27 @@
 // too, so the domain is the one without dynamic shapes.
 // FLASHCHECK_CUDNN_DYNAMIC=0 builds plain per-geometry graphs only (the
 // behaviour before, for comparison).
+//
+// A kernel cache lives as long as its process, and the suite runs each
+// property in a process of its own. With FLASHCHECK_CUDNN_KERNEL_CACHE_DIR set,
+// each topology's cache is written there after its first build (JSON,
+// cuDNN 9.10 or newer; a folder per cuDNN version, frontend version and
+// compute capability; written to a temporary file and renamed, so concurrent
+// processes never read half a file) and read back by the next process that
+// meets the topology. A file that cuDNN will not read or build with is set
+// aside for a fresh cache, with the reason counted.
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -93,6 +107,7 @@ struct BuildOutcome {
 // One topology's kernel cache, and what became of it.
 struct Topology {
   std::shared_ptr<fe::KernelCache> kernel_cache = std::make_shared<fe::KernelCache>();
+  bool from_file = false;  // kernel_cache was read from FLASHCHECK_CUDNN_KERNEL_CACHE_DIR
   std::int64_t dynamic_builds = 0;
   std::string static_only;  // why this topology now builds plain graphs only (empty: it does not)
 };
@@ -105,7 +120,8 @@ struct GraphCounters {
   double cold_ms = 0, warm_ms = 0, static_ms = 0;
   std::int64_t revision_checked = 0, revision_hits = 0;  // warm builds the cache's own counter vouches for
   std::int64_t build_fallbacks = 0, execute_fallbacks = 0, refusals = 0;
-  std::vector<std::string> fallback_reasons;  // the first few distinct ones
+  std::int64_t files_read = 0, files_written = 0, file_builds = 0;  // file_builds: first builds on a cache read from a file
+  std::vector<std::string> fallback_reasons;  // the first few distinct ones (file problems included)
 };
 
 using Clock = std::chrono::steady_clock;
@@ -154,7 +170,8 @@ class CudnnSdpa final : public gpu::GpuSubject {
     const std::int64_t dynamic_builds = c.cold_builds + c.warm_builds;
     std::string line = fmt::format(
         "cudnn graphs: {} launch(es), {} reused a cached geometry's graph ({}); graphs built: {} with dynamic shapes "
-        "({} first of {} topolog{}, mean {}; {} later geometr{} of a known topology, mean {}: kernel-cache hit rate "
+        "({} first of their topology ({} topolog{} met), mean {}; {} later geometr{} of a known topology, mean {}: "
+        "kernel-cache hit rate "
         "{}), {} per-geometry (mean {}); fallbacks: {} at build, {} at execute; {} refused",
         c.launches, c.graph_hits, percent(c.graph_hits, c.launches), dynamic_builds, c.cold_builds,
         topologies_.size(), topologies_.size() == 1 ? "y" : "ies", mean(c.cold_ms, c.cold_builds), c.warm_builds,
@@ -169,8 +186,11 @@ class CudnnSdpa final : public gpu::GpuSubject {
                           c.revision_checked);
     else if (c.warm_builds > 0)
       line += "; (cuDNN < 9.27 does not report hits: compare the two mean build times)";
+    if (!cache_dir_.empty())
+      line += fmt::format("; kernel-cache files in {}: {} read, {} written, {} first build(s) on a cache read from a file",
+                          cache_dir_, c.files_read, c.files_written, c.file_builds);
     if (!dynamic_off_.empty()) line += "; dynamic shapes off: " + dynamic_off_;
-    for (const std::string& reason : c.fallback_reasons) line += "; fallback: " + reason;
+    for (const std::string& reason : c.fallback_reasons) line += "; note: " + reason;
     return line;
   }
   ~CudnnSdpa() override {
@@ -187,17 +207,71 @@ class CudnnSdpa final : public gpu::GpuSubject {
   }
 
   // The topology: what the geometries that may share a compiled kernel have in
-  // common. Batch, heads, sequence lengths and strides are the dynamic shapes;
-  // the scale, the window bounds and the lengths a mask reads are pass-by-value
-  // scalars of the graph. A right bound of 0 adds no node (the plain causal
-  // band), so it is a topology of its own. GQA and the layout change no node,
-  // but are kept apart all the same: a topology too many costs one compile.
+  // common, the nodes of the graph and their compile-time attributes. Batch,
+  // heads (so GQA), sequence lengths and strides (so the layout) are the
+  // dynamic shapes; the scale, the window bounds and the lengths a mask reads
+  // are pass-by-value scalars of the graph. A right bound of 0 adds no node
+  // (the plain causal band), so it is a topology of its own.
   static std::string topology_key(const Problem& p) {
-    return fmt::format("dtype={} d={} dv={} layout={} mask={} left={} right={} padded={} gqa={}",
-                       static_cast<int>(p.dtype), p.head_dim, p.head_dim_v, static_cast<int>(p.layout),
-                       static_cast<int>(p.mask), p.window_left >= 0,
-                       p.window_right < 0 ? "none" : (p.window_right == 0 ? "zero" : "set"), p.padded(),
-                       p.heads_q != p.heads_kv);
+    return fmt::format("dtype={} d={} dv={} mask={} left={} right={} padded={}", to_string(p.dtype), p.head_dim,
+                       p.head_dim_v, to_string(p.mask), p.window_left >= 0,
+                       p.window_right < 0 ? "none" : (p.window_right == 0 ? "zero" : "set"), p.padded());
+  }
+
+  // The file of a topology's kernel cache ("" without a cache folder).
+  std::filesystem::path cache_file(const std::string& topology) const {
+    if (cache_dir_.empty()) return {};
+    std::string name = topology;
+    for (char& c : name)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') c = '_';
+    return std::filesystem::path(cache_dir_) /
+           fmt::format("cudnn{}-fe{}-sm{}", cudnnGetVersion(), CUDNN_FRONTEND_VERSION, gpu::device_compute_capability()) /
+           (name + ".json");
+  }
+
+  // A new topology's kernel cache: read from its file when there is one.
+  void open_topology(const std::string& key, Topology& topology) {
+    const std::filesystem::path file = cache_file(key);
+    std::error_code ignored;
+    if (file.empty() || !std::filesystem::exists(file, ignored)) return;
+    std::ifstream stream(file, std::ios::binary);
+    std::ostringstream text;
+    text << stream.rdbuf();
+    auto read = std::make_shared<fe::KernelCache>();
+    if (fe::error_t status = stream ? read->from_json(text.str()) : fe::error_t{fe::error_code_t::INVALID_VALUE, "unreadable"};
+        !status.is_good()) {
+      note_fallback(fmt::format("[{}] kernel-cache file {} not read: {}", key, file.string(), status.get_message()));
+      return;
+    }
+    topology.kernel_cache = read;
+    topology.from_file = true;
+    ++counters_.files_read;
+  }
+
+  // Writes a topology's kernel cache to its file (after its first build, which compiled).
+  void save_topology(const std::string& key, const Topology& topology) {
+    const std::filesystem::path file = cache_file(key);
+    if (file.empty()) return;
+    std::string json;
+    if (fe::error_t status = topology.kernel_cache->to_json(json); !status.is_good()) {
+      note_fallback(fmt::format("[{}] kernel cache not written: {}", key, status.get_message()));
+      return;
+    }
+    std::error_code error;
+    std::filesystem::create_directories(file.parent_path(), error);
+    const std::filesystem::path temporary = file.string() + fmt::format(".{}.tmp", static_cast<long>(getpid()));
+    {
+      std::ofstream stream(temporary, std::ios::binary | std::ios::trunc);
+      stream << json;
+      if (!stream.flush()) error = std::make_error_code(std::errc::io_error);
+    }
+    if (!error) std::filesystem::rename(temporary, file, error);
+    if (error) {
+      std::filesystem::remove(temporary, error);
+      note_fallback(fmt::format("[{}] kernel cache not written to {}: {}", key, file.string(), error.message()));
+      return;
+    }
+    ++counters_.files_written;
   }
 
   void note_fallback(std::string reason) {
@@ -295,20 +369,33 @@ class CudnnSdpa final : public gpu::GpuSubject {
   // is refused (whatever the dynamic one did).
   CachedGraph build(const Problem& p, const gpu::AttentionArgs& a) {
     Topology* topology = nullptr;
+    const std::string topology_name = topology_key(p);
     if (dynamic_off_.empty()) {
-      topology = &topologies_[topology_key(p)];
-      if (!topology->static_only.empty()) topology = nullptr;
+      const auto [entry, added] = topologies_.try_emplace(topology_name);
+      if (added) open_topology(topology_name, entry->second);
+      topology = entry->second.static_only.empty() ? &entry->second : nullptr;
     }
     if (topology) {
-      const bool warm = topology->dynamic_builds > 0;
+      const bool warm = topology->dynamic_builds > 0 || topology->from_file;
       std::int64_t revision_before = -1;
       if (warm && !topology->kernel_cache->revision(revision_before).is_good()) revision_before = -1;
-      const auto start = Clock::now();
+      auto start = Clock::now();
       BuildOutcome dynamic = try_build(p, a, topology->kernel_cache);
+      if (!dynamic.built && topology->from_file && topology->dynamic_builds == 0) {
+        // The cache read from a file may be what failed: try once more with a fresh one.
+        note_fallback(fmt::format("[{}] a kernel cache read from a file failed ({}); built with a fresh one",
+                                  topology_name, dynamic.refusal));
+        topology->kernel_cache = std::make_shared<fe::KernelCache>();
+        topology->from_file = false;
+        start = Clock::now();
+        dynamic = try_build(p, a, topology->kernel_cache);
+      }
       const double elapsed_ms = ms_since(start);
       if (dynamic.built) {
+        const bool fresh = topology->dynamic_builds == 0 && !topology->from_file;
+        if (topology->dynamic_builds == 0 && topology->from_file) ++counters_.file_builds;
         ++topology->dynamic_builds;
-        if (warm) {
+        if (!fresh) {
           ++counters_.warm_builds;
           counters_.warm_ms += elapsed_ms;
           std::int64_t revision_after = -1;
@@ -319,6 +406,7 @@ class CudnnSdpa final : public gpu::GpuSubject {
         } else {
           ++counters_.cold_builds;
           counters_.cold_ms += elapsed_ms;
+          save_topology(topology_name, *topology);
         }
         return *dynamic.built;
       }
@@ -328,7 +416,7 @@ class CudnnSdpa final : public gpu::GpuSubject {
         throw gpu::Unsupported(plain.refusal);
       }
       ++counters_.build_fallbacks;
-      note_fallback(fmt::format("[{}] dynamic shapes: {}", topology_key(p), dynamic.refusal));
+      note_fallback(fmt::format("[{}] dynamic shapes: {}", topology_name, dynamic.refusal));
       // A topology that never built with dynamic shapes is not tried again.
       if (topology->dynamic_builds == 0) topology->static_only = dynamic.refusal;
       return *plain.built;
@@ -413,6 +501,10 @@ class CudnnSdpa final : public gpu::GpuSubject {
   }
 
   const std::string dynamic_off_ = dynamic_shapes_off_reason();
+  const std::string cache_dir_ = [] {
+    const char* folder = std::getenv("FLASHCHECK_CUDNN_KERNEL_CACHE_DIR");
+    return std::string(folder ? folder : "");
+  }();
   mutable std::mutex mutex_;
   cudnnHandle_t handle_ = nullptr;
   std::map<std::string, CachedGraph> cache_;          // by geometry
