@@ -40,6 +40,7 @@ void add_bench(CLI::App& app, int& exit_code) {
       }
     options->with_peer = !*no_peer;
     exit_code = reports::run_bench(*options);
+    print_subject_stats();
   });
 }
 

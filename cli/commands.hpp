@@ -33,6 +33,9 @@ CLI::Option* add_require_gpu(CLI::App& command, bool& flag);
 /// subject that cannot run here (and one when no GPU is usable at all, though
 /// no chosen subject needs it), and kExitFail; kExitPass when all can.
 int check_required_gpu(const std::vector<Subject*>& subjects);
+/// Prints, on stderr, the stats() line of every subject that has one (the cuDNN
+/// subject's graph and kernel-cache counters, say).
+void print_subject_stats();
 
 /// What `run` (and `replay`) do: judge every subject on every problem and print.
 struct RunOptions {

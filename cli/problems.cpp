@@ -52,4 +52,9 @@ std::vector<Subject*> resolve_subjects(const std::vector<std::string>& names, bo
   return subjects;
 }
 
+void print_subject_stats() {
+  for (Subject* subject : Registry::instance().subjects())
+    if (const std::string line = subject->stats(); !line.empty()) fmt::print(stderr, "stats: {}\n", line);
+}
+
 }  // namespace flashcheck::cli

@@ -149,6 +149,7 @@ int run_cases(const RunOptions& options) {
     fmt::print("\nsummary: {} case(s): {} pass, {} fail, {} unsupported (skipped), {} unavailable (not run here){}\n",
                passed + failed + unsupported + unavailable, passed, failed, unsupported, unavailable,
                records ? fmt::format("; records appended to {}", records->path()) : "");
+  print_subject_stats();
   if (failed > 0) return kExitFail;
   if (unsupported > 0 && !every_subject) return kExitBadInput;
   if (passed == 0) {

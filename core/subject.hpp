@@ -134,6 +134,9 @@ class Subject {
   virtual const Capabilities& capabilities() const = 0;
   /// Versions of the libraries behind the subject, for its records (empty: none).
   virtual std::string version_info() const { return {}; }
+  /// One line on the subject's own caches since it was created (graphs built,
+  /// cache hits...), for people; empty when it has none or nothing ran.
+  virtual std::string stats() const { return {}; }
   /// Runs one call. Implementations check the domain first and return
   /// unsupported (without touching anything) outside it, then unavailable
   /// where this machine cannot run them (no GPU, no driver, too old a GPU).

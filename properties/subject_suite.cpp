@@ -144,5 +144,9 @@ int main(int argc, char** argv) {
     testing::RegisterTest(mutant->capabilities().needs_gpu ? "GpuMutants" : "Mutants", test_name(mutant->name()).c_str(),
                           nullptr, nullptr, __FILE__, __LINE__,
                           [mutant]() -> testing::Test* { return new MutantTest(mutant); });
-  return RUN_ALL_TESTS();
+  const int failed = RUN_ALL_TESTS();
+  // The cuDNN subject's graph-cache and kernel-cache counters, say.
+  for (Subject* subject : under_test)
+    if (const std::string line = subject->stats(); !line.empty()) fmt::print("stats: {}\n", line);
+  return failed;
 }

@@ -13,6 +13,7 @@ namespace {
 
 struct DeviceInputs {
   DeviceBuffer q, k, v, lens_q, lens_kv;
+  std::vector<std::int32_t> host_lens_q, host_lens_kv;  // the sources of the lengths' asynchronous copies
 };
 
 DeviceInputs upload(const Problem& p, const Inputs& in, cudaStream_t stream, const CallSite& site) {
@@ -24,15 +25,23 @@ DeviceInputs upload(const Problem& p, const Inputs& in, cudaStream_t stream, con
   check(cudaMemcpyAsync(device.k.get(), in.k.data(), in.k.bytes(), cudaMemcpyHostToDevice, stream), "cudaMemcpy (K)", site);
   check(cudaMemcpyAsync(device.v.get(), in.v.data(), in.v.bytes(), cudaMemcpyHostToDevice, stream), "cudaMemcpy (V)", site);
   if (p.padded()) {
-    std::vector<std::int32_t> lens_q(p.batch), lens_kv(p.batch);
+    std::vector<std::int32_t>& lens_q = device.host_lens_q;
+    std::vector<std::int32_t>& lens_kv = device.host_lens_kv;
+    lens_q.resize(p.batch);
+    lens_kv.resize(p.batch);
     for (std::int64_t b = 0; b < p.batch; ++b) {
       lens_q[b] = static_cast<std::int32_t>(p.len_q(b));
       lens_kv[b] = static_cast<std::int32_t>(p.len_kv(b));
     }
     device.lens_q = DeviceBuffer(lens_q.size() * 4, site);
     device.lens_kv = DeviceBuffer(lens_kv.size() * 4, site);
-    check(cudaMemcpy(device.lens_q.get(), lens_q.data(), lens_q.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy (lens)", site);
-    check(cudaMemcpy(device.lens_kv.get(), lens_kv.data(), lens_kv.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy (lens)", site);
+    // On the kernel's stream: a cudaMemcpy from pageable memory may return
+    // before its DMA lands, on the legacy stream, which a non-blocking stream's
+    // kernel does not wait for.
+    check(cudaMemcpyAsync(device.lens_q.get(), lens_q.data(), lens_q.size() * 4, cudaMemcpyHostToDevice, stream),
+          "cudaMemcpy (lens)", site);
+    check(cudaMemcpyAsync(device.lens_kv.get(), lens_kv.data(), lens_kv.size() * 4, cudaMemcpyHostToDevice, stream),
+          "cudaMemcpy (lens)", site);
   }
   return device;
 }

@@ -11,13 +11,49 @@
 // cuDNN's softmax stats (natural log). Every refusal by cuDNN or the frontend
 // (validation, no engine, unsupported head dim...) becomes `unsupported`
 // carrying cuDNN's message, so the domain is discovered, not guessed.
+//
+// Nearly every generated case has a geometry of its own, and compiling a
+// graph's kernel (NVRTC) is what made a new graph expensive. So graphs are
+// built with the frontend's dynamic shapes and one kernel cache per topology
+// (dtype, head dims, mask kind, which window bounds are set, padding; not the
+// shapes, strides, scale or window sizes): the first graph of a topology compiles its kernel, and later
+// geometries of the topology bind it from the cache (cuDNN 9.5 or newer). The
+// frontend cannot build every case that way (dynamic shapes take its composite
+// SDPA implementation only), so any failure of the dynamic path, at build or
+// at execute, falls back to the plain per-geometry graph with the reason
+// counted in stats(); a case is refused only when the plain graph refuses it
+// too, so the domain is the one without dynamic shapes.
+// FLASHCHECK_CUDNN_DYNAMIC=0 builds plain per-geometry graphs only (the
+// behaviour before, for comparison).
+//
+// A kernel cache lives as long as its process, and the suite runs each
+// property in a process of its own. With FLASHCHECK_CUDNN_KERNEL_CACHE_DIR set,
+// each topology's cache is written there after its first build (JSON,
+// cuDNN 9.10 or newer; a folder per cuDNN version, frontend version and
+// compute capability; written to a temporary file and renamed, so concurrent
+// processes never read half a file) and read back by the next process that
+// meets the topology. A file that cuDNN will not read or build with is set
+// aside for a fresh cache, with the reason counted.
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
 
 #include "core/gpu/gpu_subject.hpp"
 
@@ -59,7 +95,53 @@ constexpr Capabilities kCapabilities = {
 struct CachedGraph {
   std::shared_ptr<fe::graph::Graph> graph;
   std::int64_t workspace_bytes = 0;
+  bool dynamic = false;  // built with dynamic shapes and its topology's kernel cache
 };
+
+// A built graph, or why cuDNN or the frontend would not build it.
+struct BuildOutcome {
+  std::optional<CachedGraph> built;
+  std::string refusal;
+};
+
+// One topology's kernel cache, and what became of it.
+struct Topology {
+  std::shared_ptr<fe::KernelCache> kernel_cache = std::make_shared<fe::KernelCache>();
+  bool from_file = false;  // kernel_cache was read from FLASHCHECK_CUDNN_KERNEL_CACHE_DIR
+  std::int64_t dynamic_builds = 0;
+  std::string static_only;  // why this topology now builds plain graphs only (empty: it does not)
+};
+
+// Counters since the subject was created, for stats().
+struct GraphCounters {
+  std::int64_t launches = 0;
+  std::int64_t graph_hits = 0;  // a geometry seen before: its graph reused, nothing built
+  std::int64_t cold_builds = 0, warm_builds = 0, static_builds = 0;
+  double cold_ms = 0, warm_ms = 0, static_ms = 0;
+  std::int64_t revision_checked = 0, revision_hits = 0;  // warm builds the cache's own counter vouches for
+  std::int64_t build_fallbacks = 0, execute_fallbacks = 0, refusals = 0;
+  std::int64_t files_read = 0, files_written = 0, file_builds = 0;  // file_builds: first builds on a cache read from a file
+  std::vector<std::string> fallback_reasons;  // the first few distinct ones (file problems included)
+};
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// Why dynamic shapes are off in this process (empty: they are on).
+std::string dynamic_shapes_off_reason() {
+  if (const char* setting = std::getenv("FLASHCHECK_CUDNN_DYNAMIC"); setting && std::string_view(setting) == "0")
+    return "FLASHCHECK_CUDNN_DYNAMIC=0";
+#if CUDNN_VERSION < 90500
+  return fmt::format("built against cuDNN {}; a kernel cache bound to an operation graph needs 9.5", CUDNN_VERSION);
+#else
+  if (cudnnGetVersion() < 90500)
+    return fmt::format("cuDNN {} at run time; a kernel cache bound to an operation graph needs 9.5", cudnnGetVersion());
+  return {};
+#endif
+}
 
 class CudnnSdpa final : public gpu::GpuSubject {
  public:
@@ -69,14 +151,54 @@ class CudnnSdpa final : public gpu::GpuSubject {
   }
   const Capabilities& capabilities() const override { return kCapabilities; }
   std::string version_info() const override {
-    return fmt::format("cuDNN {} (built against {}), cudnn-frontend {}", cudnnGetVersion(), CUDNN_VERSION,
-                       CUDNN_FRONTEND_VERSION);
+    return fmt::format("cuDNN {} (built against {}), cudnn-frontend {}, {}", cudnnGetVersion(), CUDNN_VERSION,
+                       CUDNN_FRONTEND_VERSION,
+                       dynamic_off_.empty() ? "dynamic shapes with a kernel cache per topology"
+                                            : "per-geometry graphs (" + dynamic_off_ + ")");
+  }
+  std::string stats() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const GraphCounters& c = counters_;
+    if (c.launches == 0 && c.refusals == 0) return {};
+    const auto percent = [](std::int64_t part, std::int64_t whole) {
+      return whole > 0 ? fmt::format("{:.1f}%", 100.0 * static_cast<double>(part) / static_cast<double>(whole))
+                       : std::string("n/a");
+    };
+    const auto mean = [](double ms, std::int64_t count) {
+      return count > 0 ? fmt::format("{:.1f} ms", ms / static_cast<double>(count)) : std::string("-");
+    };
+    const std::int64_t dynamic_builds = c.cold_builds + c.warm_builds;
+    std::string line = fmt::format(
+        "cudnn graphs: {} launch(es), {} reused a cached geometry's graph ({}); graphs built: {} with dynamic shapes "
+        "({} first of their topology ({} topolog{} met), mean {}; {} later geometr{} of a known topology, mean {}: "
+        "kernel-cache hit rate "
+        "{}), {} per-geometry (mean {}); fallbacks: {} at build, {} at execute; {} refused",
+        c.launches, c.graph_hits, percent(c.graph_hits, c.launches), dynamic_builds, c.cold_builds,
+        topologies_.size(), topologies_.size() == 1 ? "y" : "ies", mean(c.cold_ms, c.cold_builds), c.warm_builds,
+        c.warm_builds == 1 ? "y" : "ies", mean(c.warm_ms, c.warm_builds), percent(c.warm_builds, dynamic_builds),
+        c.static_builds, mean(c.static_ms, c.static_builds), c.build_fallbacks, c.execute_fallbacks, c.refusals);
+    // cuDNN before 9.27 cannot say whether a build bound a cached kernel: the
+    // rate counts builds of a topology whose kernel is cached, and the two mean
+    // build times are the evidence. From 9.27 the cache's revision counter
+    // (unchanged by a lookup, moved by an insertion) checks each one.
+    if (c.revision_checked > 0)
+      line += fmt::format("; by the cache's revision counter {} of {} warm builds compiled nothing", c.revision_hits,
+                          c.revision_checked);
+    else if (c.warm_builds > 0)
+      line += "; (cuDNN < 9.27 does not report hits: compare the two mean build times)";
+    if (!cache_dir_.empty())
+      line += fmt::format("; kernel-cache files in {}: {} read, {} written, {} first build(s) on a cache read from a file",
+                          cache_dir_, c.files_read, c.files_written, c.file_builds);
+    if (!dynamic_off_.empty()) line += "; dynamic shapes off: " + dynamic_off_;
+    for (const std::string& reason : c.fallback_reasons) line += "; note: " + reason;
+    return line;
   }
   ~CudnnSdpa() override {
     if (handle_ && !gpu::context_poisoned()) cudnnDestroy(handle_);
   }
 
  private:
+  // The geometry: everything a graph is built from.
   static std::string key(const Problem& p, const gpu::AttentionArgs& a) {
     return fmt::format("{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}", p.batch, p.heads_q, p.heads_kv, p.seqlen_q,
                        p.seqlen_kv, p.head_dim, p.head_dim_v, static_cast<int>(p.dtype), static_cast<int>(p.layout),
@@ -84,62 +206,247 @@ class CudnnSdpa final : public gpu::GpuSubject {
                        a.q_seq_stride, a.k_seq_stride, a.o_seq_stride);
   }
 
-  static void refuse_if_bad(fe::error_t status, const char* step) {
-    if (!status.is_good()) throw gpu::Unsupported(fmt::format("cuDNN refused ({}): {}", step, status.get_message()));
+  // The topology: what the geometries that may share a compiled kernel have in
+  // common, the nodes of the graph and their compile-time attributes. Batch,
+  // heads (so GQA), sequence lengths and strides (so the layout) are the
+  // dynamic shapes; the scale, the window bounds and the lengths a mask reads
+  // are pass-by-value scalars of the graph. A right bound of 0 adds no node
+  // (the plain causal band), so it is a topology of its own.
+  static std::string topology_key(const Problem& p) {
+    return fmt::format("dtype={} d={} dv={} mask={} left={} right={} padded={}", to_string(p.dtype), p.head_dim,
+                       p.head_dim_v, to_string(p.mask), p.window_left >= 0,
+                       p.window_right < 0 ? "none" : (p.window_right == 0 ? "zero" : "set"), p.padded());
   }
 
-  CachedGraph build(const Problem& p, const gpu::AttentionArgs& a) {
-    auto graph = std::make_shared<fe::graph::Graph>();
-    const auto io = p.dtype == DType::bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF;
-    graph->set_io_data_type(io).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(
-        fe::DataType_t::FLOAT);
-    auto tensor = [&](const char* name, Uid uid, std::int64_t heads, std::int64_t seq, std::int64_t dim,
-                      std::int64_t batch_stride, std::int64_t head_stride, std::int64_t seq_stride) {
-      return graph->tensor(fe::graph::Tensor_attributes()
-                               .set_name(name)
-                               .set_uid(uid)
-                               .set_dim({p.batch, heads, seq, dim})
-                               .set_stride({batch_stride, head_stride, seq_stride, 1}));
-    };
-    auto q = tensor("Q", kQ, p.heads_q, p.seqlen_q, p.head_dim, a.q_batch_stride, a.q_head_stride, a.q_seq_stride);
-    auto k = tensor("K", kK, p.heads_kv, p.seqlen_kv, p.head_dim, a.k_batch_stride, a.k_head_stride, a.k_seq_stride);
-    auto v = tensor("V", kV, p.heads_kv, p.seqlen_kv, p.head_dim_v, a.v_batch_stride, a.v_head_stride, a.v_seq_stride);
-    auto attributes = fe::graph::SDPA_attributes()
-                          .set_name("flashcheck_sdpa")
-                          .set_generate_stats(true)
-                          .set_attn_scale(static_cast<float>(p.softmax_scale));
-    if (p.mask == MaskKind::causal_tl) attributes.set_causal_mask(true);
-    if (p.mask == MaskKind::causal_br) attributes.set_causal_mask_bottom_right(true);
-    if (p.mask == MaskKind::window) {
-      attributes.set_diagonal_alignment(fe::DiagonalAlignment_t::BOTTOM_RIGHT);
-      if (p.window_left >= 0) attributes.set_diagonal_band_left_bound(static_cast<int>(p.window_left) + 1);
-      if (p.window_right >= 0) attributes.set_diagonal_band_right_bound(static_cast<int>(p.window_right));
+  // The file of a topology's kernel cache ("" without a cache folder).
+  std::filesystem::path cache_file(const std::string& topology) const {
+    if (cache_dir_.empty()) return {};
+    std::string name = topology;
+    for (char& c : name)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') c = '_';
+    return std::filesystem::path(cache_dir_) /
+           fmt::format("cudnn{}-fe{}-sm{}", cudnnGetVersion(), CUDNN_FRONTEND_VERSION, gpu::device_compute_capability()) /
+           (name + ".json");
+  }
+
+  // A new topology's kernel cache: read from its file when there is one.
+  void open_topology(const std::string& key, Topology& topology) {
+    const std::filesystem::path file = cache_file(key);
+    std::error_code ignored;
+    if (file.empty() || !std::filesystem::exists(file, ignored)) return;
+    std::ifstream stream(file, std::ios::binary);
+    std::ostringstream text;
+    text << stream.rdbuf();
+    auto read = std::make_shared<fe::KernelCache>();
+    if (fe::error_t status = stream ? read->from_json(text.str()) : fe::error_t{fe::error_code_t::INVALID_VALUE, "unreadable"};
+        !status.is_good()) {
+      note_fallback(fmt::format("[{}] kernel-cache file {} not read: {}", key, file.string(), status.get_message()));
+      return;
     }
-    if (p.padded()) {
-      auto lengths = [&](const char* name, Uid uid) {
+    topology.kernel_cache = read;
+    topology.from_file = true;
+    ++counters_.files_read;
+  }
+
+  // Writes a topology's kernel cache to its file (after its first build, which compiled).
+  void save_topology(const std::string& key, const Topology& topology) {
+    const std::filesystem::path file = cache_file(key);
+    if (file.empty()) return;
+    std::string json;
+    if (fe::error_t status = topology.kernel_cache->to_json(json); !status.is_good()) {
+      note_fallback(fmt::format("[{}] kernel cache not written: {}", key, status.get_message()));
+      return;
+    }
+    std::error_code error;
+    std::filesystem::create_directories(file.parent_path(), error);
+    const std::filesystem::path temporary = file.string() + fmt::format(".{}.tmp", static_cast<long>(getpid()));
+    {
+      std::ofstream stream(temporary, std::ios::binary | std::ios::trunc);
+      stream << json;
+      if (!stream.flush()) error = std::make_error_code(std::errc::io_error);
+    }
+    if (!error) std::filesystem::rename(temporary, file, error);
+    if (error) {
+      std::filesystem::remove(temporary, error);
+      note_fallback(fmt::format("[{}] kernel cache not written to {}: {}", key, file.string(), error.message()));
+      return;
+    }
+    ++counters_.files_written;
+  }
+
+  void note_fallback(std::string reason) {
+    constexpr std::size_t kReasonsKept = 4;
+    auto& reasons = counters_.fallback_reasons;
+    if (reasons.size() < kReasonsKept && std::find(reasons.begin(), reasons.end(), reason) == reasons.end())
+      reasons.push_back(std::move(reason));
+  }
+
+  // Builds the graph of one geometry: with dynamic shapes and `kernel_cache`
+  // when it is set, a plain graph otherwise. Never throws.
+  BuildOutcome try_build(const Problem& p, const gpu::AttentionArgs& a,
+                         const std::shared_ptr<fe::KernelCache>& kernel_cache) {
+    try {
+      auto graph = std::make_shared<fe::graph::Graph>();
+      const auto io = p.dtype == DType::bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF;
+      graph->set_io_data_type(io).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(
+          fe::DataType_t::FLOAT);
+      // Before any node: the SDPA node picks its implementation from the context.
+      if (kernel_cache) graph->set_dynamic_shape_enabled(true).set_kernel_cache(kernel_cache);
+      auto tensor = [&](const char* name, Uid uid, std::int64_t heads, std::int64_t seq, std::int64_t dim,
+                        std::int64_t batch_stride, std::int64_t head_stride, std::int64_t seq_stride) {
         return graph->tensor(fe::graph::Tensor_attributes()
                                  .set_name(name)
                                  .set_uid(uid)
-                                 .set_dim({p.batch, 1, 1, 1})
-                                 .set_stride({1, 1, 1, 1})
-                                 .set_data_type(fe::DataType_t::INT32));
+                                 .set_dim({p.batch, heads, seq, dim})
+                                 .set_stride({batch_stride, head_stride, seq_stride, 1}));
       };
-      attributes.set_padding_mask(true).set_seq_len_q(lengths("seq_q", kSeqQ)).set_seq_len_kv(lengths("seq_kv", kSeqKv));
-    }
-    auto [o, stats] = graph->sdpa(q, k, v, attributes);
-    o->set_output(true).set_uid(kO).set_dim({p.batch, p.heads_q, p.seqlen_q, p.head_dim_v}).set_stride(
-        {a.o_batch_stride, a.o_head_stride, a.o_seq_stride, 1});
-    stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim(
-        {p.batch, p.heads_q, p.seqlen_q, 1}).set_stride({p.heads_q * p.seqlen_q, p.seqlen_q, 1, 1});
+      auto q = tensor("Q", kQ, p.heads_q, p.seqlen_q, p.head_dim, a.q_batch_stride, a.q_head_stride, a.q_seq_stride);
+      auto k = tensor("K", kK, p.heads_kv, p.seqlen_kv, p.head_dim, a.k_batch_stride, a.k_head_stride, a.k_seq_stride);
+      auto v =
+          tensor("V", kV, p.heads_kv, p.seqlen_kv, p.head_dim_v, a.v_batch_stride, a.v_head_stride, a.v_seq_stride);
+      auto attributes = fe::graph::SDPA_attributes()
+                            .set_name("flashcheck_sdpa")
+                            .set_generate_stats(true)
+                            .set_attn_scale(static_cast<float>(p.softmax_scale));
+      if (p.mask == MaskKind::causal_tl) attributes.set_causal_mask(true);
+      if (p.mask == MaskKind::causal_br) attributes.set_causal_mask_bottom_right(true);
+      if (p.mask == MaskKind::window) {
+        attributes.set_diagonal_alignment(fe::DiagonalAlignment_t::BOTTOM_RIGHT);
+        if (p.window_left >= 0) attributes.set_diagonal_band_left_bound(static_cast<int>(p.window_left) + 1);
+        if (p.window_right >= 0) attributes.set_diagonal_band_right_bound(static_cast<int>(p.window_right));
+      }
+      if (p.padded()) {
+        auto lengths = [&](const char* name, Uid uid) {
+          return graph->tensor(fe::graph::Tensor_attributes()
+                                   .set_name(name)
+                                   .set_uid(uid)
+                                   .set_dim({p.batch, 1, 1, 1})
+                                   .set_stride({1, 1, 1, 1})
+                                   .set_data_type(fe::DataType_t::INT32));
+        };
+        attributes.set_padding_mask(true).set_seq_len_q(lengths("seq_q", kSeqQ)).set_seq_len_kv(
+            lengths("seq_kv", kSeqKv));
+      }
+      auto [o, stats] = graph->sdpa(q, k, v, attributes);
+      o->set_output(true).set_uid(kO).set_dim({p.batch, p.heads_q, p.seqlen_q, p.head_dim_v}).set_stride(
+          {a.o_batch_stride, a.o_head_stride, a.o_seq_stride, 1});
+      stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim(
+          {p.batch, p.heads_q, p.seqlen_q, 1}).set_stride({p.heads_q * p.seqlen_q, p.seqlen_q, 1, 1});
 
-    refuse_if_bad(graph->validate(), "validate");
-    refuse_if_bad(graph->build_operation_graph(handle_), "build_operation_graph");
-    refuse_if_bad(graph->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans");
-    refuse_if_bad(graph->check_support(handle_), "check_support");
-    refuse_if_bad(graph->build_plans(handle_), "build_plans");
-    CachedGraph cached{graph, 0};
-    refuse_if_bad(graph->get_workspace_size(cached.workspace_bytes), "get_workspace_size");
-    return cached;
+      const char* step = nullptr;
+      fe::error_t status;
+      const auto failed = [&](fe::error_t result, const char* name) {
+        if (result.is_good()) return false;
+        status = result;
+        step = name;
+        return true;
+      };
+      CachedGraph cached{graph, 0, kernel_cache != nullptr};
+      if (failed(graph->validate(), "validate") ||
+          failed(graph->build_operation_graph(handle_), "build_operation_graph") ||
+          failed(graph->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans") ||
+          failed(graph->check_support(handle_), "check_support") || failed(graph->build_plans(handle_), "build_plans") ||
+          failed(graph->get_workspace_size(cached.workspace_bytes), "get_workspace_size"))
+        return {std::nullopt, fmt::format("cuDNN refused ({}): {}", step, status.get_message())};
+      return {cached, {}};
+    } catch (const std::exception& thrown) {
+      // The frontend throws where no SDPA implementation fits the attributes.
+      return {std::nullopt, fmt::format("cuDNN refused (the frontend threw): {}", thrown.what())};
+    }
+  }
+
+  BuildOutcome build_static(const Problem& p, const gpu::AttentionArgs& a) {
+    const auto start = Clock::now();
+    BuildOutcome outcome = try_build(p, a, nullptr);
+    if (outcome.built) {
+      ++counters_.static_builds;
+      counters_.static_ms += ms_since(start);
+    }
+    return outcome;
+  }
+
+  // The graph of a new geometry. Throws gpu::Unsupported where the plain graph
+  // is refused (whatever the dynamic one did).
+  CachedGraph build(const Problem& p, const gpu::AttentionArgs& a) {
+    Topology* topology = nullptr;
+    const std::string topology_name = topology_key(p);
+    if (dynamic_off_.empty()) {
+      const auto [entry, added] = topologies_.try_emplace(topology_name);
+      if (added) open_topology(topology_name, entry->second);
+      topology = entry->second.static_only.empty() ? &entry->second : nullptr;
+    }
+    if (topology) {
+      const bool warm = topology->dynamic_builds > 0 || topology->from_file;
+      std::int64_t revision_before = -1;
+      if (warm && !topology->kernel_cache->revision(revision_before).is_good()) revision_before = -1;
+      auto start = Clock::now();
+      BuildOutcome dynamic = try_build(p, a, topology->kernel_cache);
+      if (!dynamic.built && topology->from_file && topology->dynamic_builds == 0) {
+        // The cache read from a file may be what failed: try once more with a fresh one.
+        note_fallback(fmt::format("[{}] a kernel cache read from a file failed ({}); built with a fresh one",
+                                  topology_name, dynamic.refusal));
+        topology->kernel_cache = std::make_shared<fe::KernelCache>();
+        topology->from_file = false;
+        start = Clock::now();
+        dynamic = try_build(p, a, topology->kernel_cache);
+      }
+      const double elapsed_ms = ms_since(start);
+      if (dynamic.built) {
+        const bool fresh = topology->dynamic_builds == 0 && !topology->from_file;
+        if (topology->dynamic_builds == 0 && topology->from_file) ++counters_.file_builds;
+        ++topology->dynamic_builds;
+        if (!fresh) {
+          ++counters_.warm_builds;
+          counters_.warm_ms += elapsed_ms;
+          std::int64_t revision_after = -1;
+          if (revision_before >= 0 && topology->kernel_cache->revision(revision_after).is_good()) {
+            ++counters_.revision_checked;
+            if (revision_after == revision_before) ++counters_.revision_hits;
+          }
+        } else {
+          ++counters_.cold_builds;
+          counters_.cold_ms += elapsed_ms;
+          save_topology(topology_name, *topology);
+        }
+        return *dynamic.built;
+      }
+      BuildOutcome plain = build_static(p, a);
+      if (!plain.built) {
+        ++counters_.refusals;
+        throw gpu::Unsupported(plain.refusal);
+      }
+      ++counters_.build_fallbacks;
+      note_fallback(fmt::format("[{}] dynamic shapes: {}", topology_name, dynamic.refusal));
+      // A topology that never built with dynamic shapes is not tried again.
+      if (topology->dynamic_builds == 0) topology->static_only = dynamic.refusal;
+      return *plain.built;
+    }
+    BuildOutcome plain = build_static(p, a);
+    if (!plain.built) {
+      ++counters_.refusals;
+      throw gpu::Unsupported(plain.refusal);
+    }
+    return *plain.built;
+  }
+
+  std::unordered_map<std::int64_t, void*> variant_pack(const Problem& p, const gpu::AttentionArgs& a) const {
+    std::unordered_map<std::int64_t, void*> pack = {{kQ, const_cast<void*>(a.q)},
+                                                    {kK, const_cast<void*>(a.k)},
+                                                    {kV, const_cast<void*>(a.v)},
+                                                    {kO, a.o},
+                                                    {kStats, a.lse}};
+    if (p.padded()) {
+      pack[kSeqQ] = const_cast<std::int32_t*>(a.lens_q);
+      pack[kSeqKv] = const_cast<std::int32_t*>(a.lens_kv);
+    }
+    return pack;
+  }
+
+  fe::error_t execute(const CachedGraph& cached, std::unordered_map<std::int64_t, void*>& pack,
+                      const gpu::CallSite& site) {
+    if (workspace_.bytes() < static_cast<std::size_t>(cached.workspace_bytes))
+      workspace_ = gpu::DeviceBuffer(static_cast<std::size_t>(cached.workspace_bytes), site);
+    return cached.graph->execute(handle_, pack, workspace_.get());
   }
 
   void launch(const Problem& p, const gpu::AttentionArgs& a, const gpu::CallSite& site) override {
@@ -151,24 +458,41 @@ class CudnnSdpa final : public gpu::GpuSubject {
       if (created != CUDNN_STATUS_SUCCESS)
         throw gpu::Unsupported(fmt::format("cudnnCreate failed: {}", cudnnGetErrorString(created)));
     }
-    if (cudnnSetStream(handle_, a.stream) != CUDNN_STATUS_SUCCESS)
-      throw gpu::CudaError(cudaErrorUnknown, fmt::format("cudnnSetStream failed on problem '{}'", site.problem), false);
+    if (const cudnnStatus_t bound = cudnnSetStream(handle_, a.stream); bound != CUDNN_STATUS_SUCCESS)
+      throw gpu::CudaError(cudaErrorUnknown,
+                           fmt::format("cudnnSetStream failed: {} on problem '{}'", cudnnGetErrorString(bound),
+                                       site.problem),
+                           false);
+    ++counters_.launches;
     const std::string graph_key = key(p, a);
     auto found = cache_.find(graph_key);
-    if (found == cache_.end()) found = cache_.emplace(graph_key, build(p, a)).first;
-    const CachedGraph& cached = found->second;
-    if (workspace_.bytes() < static_cast<std::size_t>(cached.workspace_bytes))
-      workspace_ = gpu::DeviceBuffer(static_cast<std::size_t>(cached.workspace_bytes), site);
-    std::unordered_map<std::int64_t, void*> pack = {{kQ, const_cast<void*>(a.q)},
-                                                    {kK, const_cast<void*>(a.k)},
-                                                    {kV, const_cast<void*>(a.v)},
-                                                    {kO, a.o},
-                                                    {kStats, a.lse}};
-    if (p.padded()) {
-      pack[kSeqQ] = const_cast<std::int32_t*>(a.lens_q);
-      pack[kSeqKv] = const_cast<std::int32_t*>(a.lens_kv);
+    if (found != cache_.end()) ++counters_.graph_hits;
+    else found = cache_.emplace(graph_key, build(p, a)).first;
+    auto pack = variant_pack(p, a);
+    auto status = execute(found->second, pack, site);
+    if (!status.is_good() && found->second.dynamic) {
+      // A failed execute of a dynamic-shape plan: unless it left the context
+      // unusable, run the plain graph of this geometry instead (it writes
+      // every output again), and keep the topology on plain graphs.
+      const cudaError_t pending = cudaPeekAtLastError();
+      if (gpu::is_sticky(pending)) gpu::check(pending, "cuDNN execute (dynamic shapes)", site);
+      cudaGetLastError();
+      const std::string failure = status.get_message();
+      ++counters_.execute_fallbacks;
+      note_fallback(fmt::format("[{}] dynamic-shape execute failed: {}", topology_key(p), failure));
+      if (auto topology = topologies_.find(topology_key(p));
+          topology != topologies_.end() && topology->second.static_only.empty())
+        topology->second.static_only = "execute failed: " + failure;
+      BuildOutcome plain = build_static(p, a);
+      if (!plain.built) {
+        cache_.erase(found);
+        ++counters_.refusals;
+        throw gpu::Unsupported(fmt::format("{} (after the dynamic-shape graph's execute failed: {})", plain.refusal,
+                                           failure));
+      }
+      found->second = *plain.built;
+      status = execute(found->second, pack, site);
     }
-    auto status = cached.graph->execute(handle_, pack, workspace_.get());
     if (!status.is_good())
       throw gpu::CudaError(cudaErrorUnknown,
                            fmt::format("cuDNN execute failed: {} on problem '{}'", status.get_message(), site.problem),
@@ -176,9 +500,16 @@ class CudnnSdpa final : public gpu::GpuSubject {
     gpu::check_launch("cudnn sdpa", site);
   }
 
-  std::mutex mutex_;
+  const std::string dynamic_off_ = dynamic_shapes_off_reason();
+  const std::string cache_dir_ = [] {
+    const char* folder = std::getenv("FLASHCHECK_CUDNN_KERNEL_CACHE_DIR");
+    return std::string(folder ? folder : "");
+  }();
+  mutable std::mutex mutex_;
   cudnnHandle_t handle_ = nullptr;
-  std::map<std::string, CachedGraph> cache_;
+  std::map<std::string, CachedGraph> cache_;          // by geometry
+  std::map<std::string, Topology> topologies_;        // by topology_key
+  GraphCounters counters_;
   gpu::DeviceBuffer workspace_;
 };
 
