@@ -10,9 +10,9 @@
 // is exactly 1 while a row's maximum holds. It was contracted by ptxas into an
 // fma that returned the shift's own rounding error, and every tile multiplied
 // the sum by exp2(-that): at 131072 keys (2048 tiles) LSE drifted by up to
-// 3.5e-4 (bound 2.2e-4) on every kernel of the family, and by half that in the
-// Hopper kernel (kernels/hopper/softmax.cuh uses exponentiate() too, with
-// 128-key tiles). O was unaffected: its factors cancel in acc / sum.
+// 3.5e-4 (bound 2.2e-4) on every kernel of the family. In the Hopper kernel
+// (kernels/hopper/softmax.cuh uses exponentiate() too, with 128-key tiles) the
+// host emulation gives half that. O was unaffected: its factors cancel in acc / sum.
 // docs/perf.md has the host emulation's numbers.
 //
 // Geometry shared by every version: a block of 4 warps owns 64 query rows, a
