@@ -5,6 +5,16 @@
 // What differs between versions (how tiles move global -> shared -> registers)
 // stays in each version's file.
 //
+// 2026-11-25 (issue 20): the online softmax's per-tile correction of the row
+// sum and O is now exp2 of the difference of the two shifts as rounded, so it
+// is exactly 1 while a row's maximum holds. It was contracted by ptxas into an
+// fma that returned the shift's own rounding error, and every tile multiplied
+// the sum by exp2(-that): at 131072 keys (2048 tiles) LSE drifted by up to
+// 3.5e-4 (bound 2.2e-4) on every kernel of the family. In the Hopper kernel
+// (kernels/hopper/softmax.cuh uses exponentiate() too, with 128-key tiles) the
+// host emulation gives half that. O was unaffected: its factors cancel in acc / sum.
+// docs/perf.md has the host emulation's numbers.
+//
 // Geometry shared by every version: a block of 4 warps owns 64 query rows, a
 // warp owns 16 of them (one m16 tile), so the S and O accumulators of a warp
 // are 16 x kBlockKv and 16 x D. Lane l of a warp holds, in every m16n8 C
@@ -338,8 +348,17 @@ __device__ __forceinline__ Correction exponentiate(float (&s)[kTilesN][4], RowSt
     const float grown = fmaxf(state.max[r], tile_max);
     // While every key so far is masked, subtract 0: masked weights are then
     // exp2(-inf) = 0, not exp2(-inf + inf) = NaN.
-    const float shift = grown == -INFINITY ? 0.0f : grown * scale_log2;
-    correction.factor[r] = fast_exp2(state.max[r] * scale_log2 - shift);
+    const float shift = grown == -INFINITY ? 0.0f : __fmul_rn(grown, scale_log2);
+    // The weights summed so far are exp2(s * scale_log2 - old shift), the old
+    // shift rounded to f32 as above: the correction is exp2(old shift - shift)
+    // with both shifts rounded the same way, so exactly 1 while the maximum
+    // holds. __fmul_rn keeps ptxas from contracting max * scale_log2 - shift
+    // into one fma, whose result is the shift's own rounding error (up to
+    // 2^-24 |shift|), not 0: every tile then multiplied the sum and O by
+    // exp2(-that), a drift that grows with the number of tiles. O's factors
+    // cancel in acc / sum; LSE's do not (issue 20: LSE off by 3.5e-4 at 131072
+    // keys; docs/perf.md, 2026-11-25).
+    correction.factor[r] = fast_exp2(__fmul_rn(state.max[r], scale_log2) - shift);
     state.max[r] = grown;
     state.sum[r] *= correction.factor[r];
 #pragma unroll
