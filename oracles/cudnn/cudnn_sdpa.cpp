@@ -56,11 +56,16 @@
 #include <vector>
 
 #include "core/gpu/gpu_subject.hpp"
+#include "oracles/cudnn/cudnn_sdpa_testing.hpp"
 
 namespace flashcheck {
 namespace {
 
 namespace fe = cudnn_frontend;
+
+// Failures of the dynamic-shape path still to inject (cudnn_testing).
+int injected_build_failures = 0;
+int injected_execute_failures = 0;
 
 // Tensor uids of the variant pack.
 enum Uid : std::int64_t { kQ = 1, kK, kV, kO, kStats, kSeqQ, kSeqKv };
@@ -285,6 +290,10 @@ class CudnnSdpa final : public gpu::GpuSubject {
   // when it is set, a plain graph otherwise. Never throws.
   BuildOutcome try_build(const Problem& p, const gpu::AttentionArgs& a,
                          const std::shared_ptr<fe::KernelCache>& kernel_cache) {
+    if (kernel_cache && injected_build_failures > 0) {
+      --injected_build_failures;
+      return {std::nullopt, "cuDNN refused (injected by cudnn_testing::fail_dynamic_path)"};
+    }
     try {
       auto graph = std::make_shared<fe::graph::Graph>();
       const auto io = p.dtype == DType::bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF;
@@ -469,7 +478,13 @@ class CudnnSdpa final : public gpu::GpuSubject {
     if (found != cache_.end()) ++counters_.graph_hits;
     else found = cache_.emplace(graph_key, build(p, a)).first;
     auto pack = variant_pack(p, a);
-    auto status = execute(found->second, pack, site);
+    fe::error_t status;
+    if (found->second.dynamic && injected_execute_failures > 0) {
+      --injected_execute_failures;
+      status = {fe::error_code_t::GRAPH_EXECUTION_FAILED, "injected by cudnn_testing::fail_dynamic_path"};
+    } else {
+      status = execute(found->second, pack, site);
+    }
     if (!status.is_good() && found->second.dynamic) {
       // A failed execute of a dynamic-shape plan: unless it left the context
       // unusable, run the plain graph of this geometry instead (it writes
@@ -516,4 +531,9 @@ class CudnnSdpa final : public gpu::GpuSubject {
 SubjectRegistration<CudnnSdpa> registration;
 
 }  // namespace
+
+void cudnn_testing::fail_dynamic_path(int builds, int executes) {
+  injected_build_failures = builds;
+  injected_execute_failures = executes;
+}
 }  // namespace flashcheck

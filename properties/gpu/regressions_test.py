@@ -48,7 +48,10 @@ def inventory(binary, env):
     gpu_subjects = {}
     name = None
     for line in text.splitlines():
-        entry = re.match(r"^  (\S+)\s{2,}", line)
+        # A subject's line starts with its name two spaces in (a name of 20
+        # characters or more is followed by one space); its capabilities line
+        # follows, indented further.
+        entry = re.match(r"^  (\S+)\s", line)
         if entry:
             name = entry.group(1)
             continue
