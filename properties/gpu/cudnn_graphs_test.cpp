@@ -61,6 +61,11 @@ TEST(GpuCudnnGraphs, GeometriesOfOneTopologyShareAKernelCacheAndAgreeWithTheOrac
   const std::string stats = cudnn->stats();
   std::printf("stats: %s\n", stats.c_str());
   EXPECT_NE(stats.find("5 launch(es), 1 reused"), std::string::npos) << stats;
+  // cuDNN 9.14 (the GPU machine's, 2026-11-25) refuses dynamic shapes on its
+  // SDPA engines ("This engine currently does not support dynamic shape"):
+  // the answers were checked above, the kernel cache cannot be.
+  if (stats.find("dynamic shapes: cuDNN refused") != std::string::npos)
+    GTEST_SKIP() << "this cuDNN refuses dynamic shapes for SDPA, so its kernel cache is not exercised: " << stats;
   if (cudnn->version_info().find("dynamic shapes") != std::string::npos) {
     // No fallback: the four geometries were built with dynamic shapes, the
     // first compiled, the other three on the topology's kernel cache.
@@ -89,6 +94,10 @@ TEST(GpuCudnnGraphs, AFailedDynamicShapePathFallsBackToThePerGeometryGraph) {
   // An execute of a dynamic-shape graph that fails (its outputs left
   // poisoned): the per-geometry graph of that geometry writes every output.
   expect_agreement(*cudnn, "b=1 hq=2 sq=40 skv=40 d=96 dtype=f16 mask=causal_br dseed=9");
+  if (cudnn->stats().find("dynamic shapes: cuDNN refused (create") != std::string::npos)
+    GTEST_SKIP() << "this cuDNN refuses dynamic shapes for SDPA, so a failed dynamic execute cannot be forced "
+                    "(the build fallback was checked above): "
+                 << cudnn->stats();
   cudnn_testing::fail_dynamic_path(0, 1);
   expect_agreement(*cudnn, "b=2 hq=4 hkv=1 sq=30 skv=45 d=96 dtype=f16 mask=causal_br dseed=10");
   cudnn_testing::fail_dynamic_path(0, 0);
