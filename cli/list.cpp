@@ -11,10 +11,15 @@ void add_list(CLI::App& app, int& exit_code) {
   command->callback([&exit_code] {
     ensure_external_registered();
     const auto& subjects = Registry::instance().subjects();
+    const GpuInventory gpus = gpu_devices();
     fmt::print("{} subject(s):\n", subjects.size());
     for (Subject* subject : subjects) {
       fmt::print("  {:<20} {}\n", subject->name(), subject->description());
       fmt::print("  {:<20} {}\n", "", describe(subject->capabilities()));
+      // With a GPU present, say which subjects it cannot run (too old for them).
+      if (!gpus.devices.empty())
+        if (auto why = unavailable_reason(subject->capabilities(), gpus))
+          fmt::print("  {:<20} UNAVAILABLE here: {}\n", "", *why);
     }
     // flashcheck-testing links mutants and fixtures too.
     const auto print_names = [](std::string_view what, const std::vector<Subject*>& list) {
@@ -34,8 +39,7 @@ void add_list(CLI::App& app, int& exit_code) {
     }
     print_names("mutant", Registry::instance().mutants());
     print_names("fixture", Registry::instance().fixtures());
-    const GpuInventory gpus = gpu_devices();
-    if (gpus.devices.empty()) fmt::print("GPU: none ({}); GPU subjects are not tested here\n", gpus.note);
+    if (gpus.devices.empty()) fmt::print("GPU: none ({}); GPU subjects are unavailable here (not run, not tested)\n", gpus.note);
     for (const GpuDevice& gpu : gpus.devices)
       fmt::print("GPU {}: {} (sm_{}, {} SMs, {:.0f} GiB)\n", gpu.index, gpu.name, gpu.compute_capability,
                  gpu.multiprocessors, gpu.memory_gib);

@@ -112,6 +112,26 @@ class Sweep(unittest.TestCase):
         self.assertEqual(verdicts["misbehave-fault"], {"fault"})
         self.assertEqual(verdicts["smoke-cpu-lowp"], {"pass"})
 
+    def test_an_unavailable_subject_is_counted_apart_never_passed(self):
+        run = sweep(self.out("a"), "--subjects", "misbehave-unavailable,cpu-plain", "--cases", "12", "--seed", "5")
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)  # nothing failed
+        got = records(self.out("a"))
+        self.assertEqual(len(got), 12)
+        verdicts = {r["subject"]: set() for r in got}
+        for r in got:
+            verdicts[r["subject"]].add(r["verdict"])
+        self.assertEqual(verdicts["misbehave-unavailable"], {"unavailable"})
+        mine = sum(1 for r in got if r["subject"] == "misbehave-unavailable")
+        self.assertRegex(run.stdout, rf"misbehave-unavailable\s+0\s+0\s+0\s+.*\s0\s+{mine}\s")  # no case, no pass
+        self.assertIn(f"UNAVAILABLE  misbehave-unavailable: {mine} case(s) not run on this machine: needs a device",
+                      run.stdout)
+        self.assertFalse(os.path.exists(os.path.join(self.out("a"), "corpus", "misbehave-unavailable.problems")))
+        # --require-gpu: a failure, said in one line naming the subject (or, with no GPU at all, before any case).
+        strict = sweep(self.out("b"), "--subjects", "misbehave-unavailable,cpu-plain", "--cases", "12", "--seed", "5",
+                       "--require-gpu")
+        self.assertEqual(strict.returncode, 1, strict.stdout + strict.stderr)
+        self.assertEqual(len([l for l in strict.stderr.splitlines() if "--require-gpu" in l]), 1, strict.stderr)
+
     def test_a_hanging_worker_meets_the_watchdog(self):
         start = time.monotonic()
         run = sweep(self.out("a"), "--subjects", "misbehave-hang", "--cases", "3", "--watchdog", "1")

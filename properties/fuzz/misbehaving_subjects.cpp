@@ -5,7 +5,9 @@
 //   misbehave-crash  kills its process with SIGSEGV (an access violation);
 //   misbehave-hang   never returns (a kernel stuck in a loop);
 //   misbehave-fault  reports a sticky device fault (what a GPU subject returns
-//                    after an illegal address), so the worker exits after it.
+//                    after an illegal address), so the worker exits after it;
+//   misbehave-unavailable  reports that this machine cannot run it (what a GPU
+//                    subject returns without a usable GPU), on any machine.
 #include <signal.h>
 #include <unistd.h>
 
@@ -19,13 +21,14 @@ using fixtures::kSmallDomain;
 
 class Misbehaving : public Subject {
  public:
-  enum class How { crash, hang, fault };
+  enum class How { crash, hang, fault, unavailable };
   Misbehaving(std::string_view name, How how) : name_(name), how_(how) {}
   std::string_view name() const override { return name_; }
   std::string_view description() const override {
     switch (how_) {
       case How::hang: return "never returns (tests the sweep's watchdog)";
       case How::fault: return "reports a sticky device fault (tests the sweep's worker restart)";
+      case How::unavailable: return "reports that it cannot run here (tests that unavailable is never a pass)";
       default: return "dies of SIGSEGV (tests the sweep's isolation)";
     }
   }
@@ -40,6 +43,12 @@ class Misbehaving : public Subject {
       result.message = "an illegal memory access was encountered (emulated)";
       return result;
     }
+    if (how_ == How::unavailable) {
+      RunResult result;
+      result.status = Status::unavailable;
+      result.message = "needs a device this machine lacks (emulated)";
+      return result;
+    }
     ::raise(SIGSEGV);
     return {};
   }
@@ -52,6 +61,8 @@ class Misbehaving : public Subject {
 FixtureRegistration crash([] { return std::make_unique<Misbehaving>("misbehave-crash", Misbehaving::How::crash); });
 FixtureRegistration hang([] { return std::make_unique<Misbehaving>("misbehave-hang", Misbehaving::How::hang); });
 FixtureRegistration fault([] { return std::make_unique<Misbehaving>("misbehave-fault", Misbehaving::How::fault); });
+FixtureRegistration unavailable(
+    [] { return std::make_unique<Misbehaving>("misbehave-unavailable", Misbehaving::How::unavailable); });
 
 }  // namespace
 }  // namespace flashcheck
