@@ -40,6 +40,7 @@ std::string length_class(std::int64_t length, std::int64_t tile) {
 std::vector<std::string> dimension_labels(const Problem& p, const Capabilities& caps) {
   const std::int64_t group = p.group_size();
   return {fmt::format("dtype={}", to_string(p.dtype)), fmt::format("mask={}", to_string(p.mask)),
+          fmt::format("d={}", p.head_dim),
           p.heads_kv == 1 && p.heads_q > 1 ? std::string("gqa=mqa") : fmt::format("gqa={}", group),
           fmt::format("len_q={}", length_class(p.seqlen_q, caps.tile_q)),
           fmt::format("len_kv={}", length_class(p.seqlen_kv, caps.tile_kv)),
@@ -64,7 +65,7 @@ Problem draw(const rc::Gen<Problem>& problems, const Capabilities& caps,
   });
   RC_PRE(visible_rows(p) > 0);
   classify(p, caps);
-  RC_TAG("compared_rows=some");
+  RC_TAG(visible_rows(p) > 0 ? "compared_rows=some" : "compared_rows=none");
   return p;
 }
 
@@ -424,6 +425,7 @@ void causal_prefix(Subject& subject) {
   };
   const std::int64_t compared = assert_bitwise("keys past a row's last visible key", p, before.outputs, after.outputs,
                                                unaffected);
+  RC_TAG(compared > 0 ? "bitwise_rows=some" : "bitwise_rows=none");
   RC_ASSERT(compared > 0);  // by the choice of cut
 }
 
@@ -459,6 +461,7 @@ void batch_and_head_independence(Subject& subject) {
   const std::int64_t compared = assert_bitwise(
       "another (batch, head)'s inputs", p, before.outputs, after.outputs,
       [&](std::int64_t b, std::int64_t h, std::int64_t) { return b != target_b || h / p.group_size() != target_hk; });
+  RC_TAG(compared > 0 ? "bitwise_rows=some" : "bitwise_rows=none");
   RC_ASSERT(compared > 0);  // by the choice of target
 }
 
