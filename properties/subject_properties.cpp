@@ -468,11 +468,16 @@ void batch_and_head_independence(Subject& subject) {
 bool has_gqa(const Capabilities& caps) { return caps.gqa; }
 
 // Grouped heads: the drawn grouping, or, for a drawn MHA problem, a ratio of
-// 2, 4 or 8, or MQA, each 1 in 4.
+// 2, 4 or 8 (those within the default work budget), or MQA, drawn evenly.
 rc::Gen<Problem> grouped(const Capabilities& caps) {
   return rc::gen::mapcat(in_domain(caps), [](Problem p) -> rc::Gen<Problem> {
     if (p.heads_kv < p.heads_q) return rc::gen::just(p);
-    return rc::gen::map(rc::gen::element<std::int64_t>(2, 4, 8, 0), [p](std::int64_t ratio) {
+    const double work_per_head = static_cast<double>(p.batch) * p.heads_kv * p.seqlen_q * p.seqlen_kv *
+                                 static_cast<double>(p.head_dim + p.head_dim_v);
+    std::vector<std::int64_t> ratios = {0};  // 0: MQA
+    for (std::int64_t ratio : {2, 4, 8})
+      if (work_per_head * static_cast<double>(ratio) <= DomainLimits{}.max_work) ratios.push_back(ratio);
+    return rc::gen::map(rc::gen::elementOf(ratios), [p](std::int64_t ratio) {
       Problem q = p;
       if (ratio == 0) {
         q.heads_kv = 1;
