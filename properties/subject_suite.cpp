@@ -47,7 +47,11 @@ class PropertyTest : public testing::Test {
   void TestBody() override {
     if (const std::string why = missing_gpu(*subject_); !why.empty()) GTEST_SKIP() << why;
     RecordProperty("summary", std::string(property_->summary));
-    rc::detail::checkGTest([this] { property_->check(*subject_); });
+    const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
+    const PropertyOutcome outcome = check_property(*property_, *subject_, rc::detail::configuration().testParams,
+                                                   std::string(info->test_suite_name()) + "/" + info->name());
+    fmt::print("{}", outcome.coverage);
+    if (!outcome.passed) FAIL() << outcome.message;
   }
 
  private:
@@ -75,7 +79,8 @@ class MutantTest : public testing::Test {
       metadata.id = fmt::format("Mutants/{}/{}", mutant_->name(), property.name);
       metadata.description = std::string(property.name);
       const auto result =
-          rc::detail::checkTestable([this, &property] { property.check(*mutant_); }, metadata, mutant_budget());
+          rc::detail::checkTestable([this, &property] { property.check(*mutant_); }, metadata,
+                                    budget_for(property, mutant_budget()));
       if (result.template is<rc::detail::FailureResult>()) {
         const auto& failure = result.template get<rc::detail::FailureResult>();
         const int cases = failure.numSuccess + 1;
