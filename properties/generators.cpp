@@ -237,7 +237,9 @@ rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& li
       static constexpr std::pair<std::size_t, ScaleKind> kScaleShares[] = {
           {8, standard}, {2, one}, {3, small}, {3, large}};
       const double default_scale = default_softmax_scale(p.head_dim);
-      switch (*rc::gen::weightedElement<ScaleKind>({kScaleShares[0], kScaleShares[1], kScaleShares[2], kScaleShares[3]})) {
+      const ScaleKind kind =
+          *rc::gen::weightedElement<ScaleKind>({kScaleShares[0], kScaleShares[1], kScaleShares[2], kScaleShares[3]});
+      switch (kind) {
         case standard: p.softmax_scale = default_scale; break;
         case one: p.softmax_scale = 1.0; break;
         case small: p.softmax_scale = default_scale * *rc::gen::element(0.25, 0.0625); break;
