@@ -69,7 +69,7 @@ Verdict decide(const CaseMetrics& subject, const CaseMetrics& baseline, DType ou
   {
     RuleCheck bias = check("o.bias", std::fabs(so.mean_signed), std::fabs(bo.mean_signed),
                            kBiasFloorRoundings * unit_roundoff(out_dtype) * bo.ref_rms +
-                               0.5 * min_subnormal(out_dtype) + logit_noise(condition, condition.o_rms));
+                               logit_noise(condition, condition.o_rms));
     const bool significant = so.count >= kBiasMinCount && std::fabs(so.bias_t) > kBiasT;
     const double t_ratio = so.count >= kBiasMinCount ? std::fabs(so.bias_t) / kBiasT : 0.0;
     bias.ratio = std::min(bias.ratio, t_ratio);

@@ -80,8 +80,7 @@ double logit_noise(const LogitCondition& condition, double value);
 ///    kBiasMinCount, so that t has a sample behind it;
 ///  - it is larger than the baseline's own bias and the output rounding explain:
 ///      |mean_signed(subject)| > kBaselineFactor |mean_signed(baseline)| + bias_floor
-///      bias_floor = kBiasFloorRoundings u(out) rms(ref) + min_subnormal(out) / 2
-///                   + logit_noise(o_rms)
+///      bias_floor = kBiasFloorRoundings u(out) rms(ref) + logit_noise(o_rms)
 ///    The factor is the rule's own (a kernel may be twice as biased as plain
 ///    attention in its precision: the baseline rounds S and P to the working
 ///    dtype, and round-to-nearest of the same values can carry a bias of
@@ -104,11 +103,6 @@ inline constexpr std::int64_t kBiasMinCount = 32;
 /// truncating output's mean error is (0.5 to 1) u |mean(ref)| (half an ulp,
 /// which is u to 2u relative), so a quarter of u rms(ref) separates the two
 /// wherever the outputs lean to one sign (V's +0.5 offset makes them lean).
-/// Below min_normal the rounding step is absolute (the smallest subnormal), so
-/// u rms(ref) understates it; half that step, the most that rounding to nearest
-/// can move one subnormal output, is added (measured without it: a correct
-/// cpu-plain f32 case with subnormal values, 4 elements, |t| = 16.7, at 3.9 x
-/// the bound; kBiasMinCount kept it from failing).
 inline constexpr double kBiasFloorRoundings = 0.25;
 
 /// One inequality of the rule.
