@@ -425,7 +425,8 @@ __device__ __forceinline__ void store_rows(const gpu::AttentionArgs& a, int b, i
     T* out = o + static_cast<std::int64_t>(row0 + 8 * r) * a.o_seq_stride + lane % 4 * 2;
 #pragma unroll
     for (int dt = 0; dt < kTilesD; ++dt)
-      *reinterpret_cast<std::uint32_t*>(out + dt * 8) = pack<T, kTowardZero>(acc[dt][2 * r] * inverse, acc[dt][2 * r + 1] * inverse);
+      *reinterpret_cast<std::uint32_t*>(out + dt * 8) =
+          pack<T, kTowardZero>(acc[dt][2 * r] * inverse, acc[dt][2 * r + 1] * inverse);
     if (a.lse && lane % 4 == 0)
       a.lse[(static_cast<std::int64_t>(b) * a.heads_q + h) * a.seqlen_q + i] =
           sum > 0.0f ? state.max[r] * a.scale + logf(sum) : -INFINITY;
