@@ -87,7 +87,10 @@ rc::Gen<Problem> gen_problem_outside(const Capabilities& caps);
 
 /// Value distributions for a storage dtype and the dtype the subject computes
 /// in (its range bounds the values), adversarial ones included.
-rc::Gen<ValueDist> gen_values_for(DType storage, DType compute, std::int64_t tile_kv, bool allow_special_values);
+/// near_overflow keeps |V| * seqlen_kv under half of f32's maximum, the range
+/// of a one-pass softmax's unnormalised accumulator.
+rc::Gen<ValueDist> gen_values_for(DType storage, DType compute, std::int64_t tile_kv, bool allow_special_values,
+                                  std::int64_t seqlen_kv = 2048);
 
 }  // namespace flashcheck
 
