@@ -48,7 +48,14 @@ void print_case(const CaseResult& r) {
     fmt::print("  vs {} (same inputs): err(subject)/err({}) = {:.2f} (max), {:.2f} (rmse); {}\n", r.peer->name,
                r.peer->name, r.peer->o_max_ratio, r.peer->o_rmse_ratio, r.peer->version);
   if (!r.subject_version.empty()) fmt::print("  subject: {}\n", r.subject_version);
-  if (r.verdict.pass) fmt::print("  verdict: PASS -- {}\n", r.verdict.rule);
+  if (r.verdict_kind == VerdictKind::pass) fmt::print("  verdict: PASS -- {}\n", r.verdict.rule);
+  else if (r.verdict_kind == VerdictKind::vacuous)
+    fmt::print("  verdict: VACUOUS -- nothing compared: none of the {} compared row(s) sees a key (empty or fully "
+               "masked), or no finite element was compared; held ({})\n",
+               r.subject_metrics.rows_compared, r.verdict.rule);
+  else if (r.verdict_kind == VerdictKind::deviation)
+    fmt::print("  verdict: DEVIATION -- outside the rule ({}), inside a limit the subject declares: {}\n",
+               r.verdict.rule, r.deviation);
   else fmt::print("{}", explain(r));
 }
 
@@ -94,7 +101,7 @@ int run_cases(const RunOptions& options) {
   judge_options.keep_outputs = options.kokkos;
   if (options.kokkos && !kokkos_available())
     throw std::runtime_error("--kokkos: this build has no Kokkos reference (install libtrilinos-kokkos-dev, reconfigure)");
-  int passed = 0, failed = 0, unsupported = 0;
+  int passed = 0, failed = 0, unsupported = 0, vacuous = 0, deviations = 0;
   const bool single = problems.size() * subjects.size() == 1;
   for (const Problem& problem : problems) {
     // With --kokkos: the inputs once per problem, and the Kokkos reference once
@@ -112,7 +119,14 @@ int run_cases(const RunOptions& options) {
           fmt::print(stderr, "unsupported: {} does not support this problem: {}\n", subject->name(), result.message);
         continue;
       }
-      if (!options.quiet || !result.passed()) {
+      // -q: one line for a pass, a vacuous case and a deviation; the whole case for a failure.
+      const std::string_view brief = result.passed()                            ? "PASS"
+                                     : result.verdict_kind == VerdictKind::vacuous &&
+                                               result.ran()                   ? "VACUOUS"
+                                     : result.verdict_kind == VerdictKind::deviation &&
+                                               result.ran()                   ? "DEVIATION"
+                                                                              : "";
+      if (!options.quiet || brief.empty()) {
         fmt::print("\n== {}  {}\n", subject->name(), to_line(problem));
         if (result.ran()) {
           print_case(result);
@@ -125,17 +139,23 @@ int run_cases(const RunOptions& options) {
           fmt::print("  verdict: FAIL -- subject returned {}\n{}", to_string(result.status), explain(result));
         }
       } else {
-        fmt::print("PASS  {:<12} {}\n", subject->name(), to_line(problem));
+        fmt::print("{:<9} {:<12} {}\n", brief, subject->name(), to_line(problem));
       }
-      result.passed() ? ++passed : ++failed;
+      if (result.passed()) ++passed;
+      else if (result.ran() && result.verdict_kind == VerdictKind::vacuous) ++vacuous;
+      else if (result.ran() && result.verdict_kind == VerdictKind::deviation) ++deviations;
+      else ++failed;
     }
   }
   if (!single)
-    fmt::print("\nsummary: {} case(s): {} pass, {} fail, {} unsupported (skipped){}\n", passed + failed + unsupported,
-               passed, failed, unsupported, records ? fmt::format("; records appended to {}", records->path()) : "");
+    fmt::print("\nsummary: {} case(s): {} pass, {} fail, {} vacuous (nothing compared), {} deviation (a declared "
+               "limit), {} unsupported (skipped){}\n",
+               passed + failed + vacuous + deviations + unsupported, passed, failed, vacuous, deviations, unsupported,
+               records ? fmt::format("; records appended to {}", records->path()) : "");
+  // Vacuous cases and declared deviations are not failures (exit 0), but they are never counted as passes.
   if (failed > 0) return kExitFail;
   if (unsupported > 0 && !every_subject) return kExitBadInput;
-  if (passed == 0) {
+  if (passed + vacuous + deviations == 0) {
     fmt::print(stderr, "flashcheck: no case ran: every subject/problem pair was unsupported\n");
     return kExitBadInput;
   }
