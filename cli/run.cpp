@@ -51,7 +51,7 @@ void print_case(const CaseResult& r) {
   if (r.verdict_kind == VerdictKind::pass) fmt::print("  verdict: PASS -- {}\n", r.verdict.rule);
   else if (r.verdict_kind == VerdictKind::vacuous)
     fmt::print("  verdict: VACUOUS -- nothing compared: none of the {} compared row(s) sees a key (empty or fully "
-               "masked), or no finite element was compared; held ({})\n",
+               "masked), or no element of O was compared; held ({})\n",
                r.subject_metrics.rows_compared, r.verdict.rule);
   else if (r.verdict_kind == VerdictKind::deviation)
     fmt::print("  verdict: DEVIATION -- outside the rule ({}), inside a limit the subject declares: {}\n",

@@ -161,8 +161,14 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
   // limit the subject declares is a deviation.
   result.rows_visible = visible_compared_rows(problem, result.rows);
   if (result.verdict.pass) {
-    result.verdict_kind = result.rows_visible == 0 || result.subject_metrics.o.errors.count == 0 ? VerdictKind::vacuous
-                                                                                              : VerdictKind::pass;
+    // Nothing compared: no compared row sees a key, or no element of O at all
+    // (neither a finite pair nor a NaN/Inf position of the census: a row
+    // whose every value is NaN in both still checks NaN propagation).
+    const Census& census = result.subject_metrics.o.census;
+    const std::int64_t nonfinite = census.want_nan + census.want_pos_inf + census.want_neg_inf + census.got_nan +
+                                   census.got_pos_inf + census.got_neg_inf;
+    const bool compared = result.rows_visible > 0 && (result.subject_metrics.o.errors.count > 0 || nonfinite > 0);
+    result.verdict_kind = compared ? VerdictKind::pass : VerdictKind::vacuous;
   } else if (auto limit = declared_deviation(caps, problem, max_abs_finite(inputs.v))) {
     result.verdict_kind = VerdictKind::deviation;
     result.deviation = std::move(*limit);

@@ -39,7 +39,7 @@ struct PeerResult {
 enum class VerdictKind : std::uint8_t {
   pass,       // something was compared, and it held
   fail,       // outside the tolerance rule
-  vacuous,    // held, but nothing was compared: no compared row sees a key, or no finite element was compared
+  vacuous,    // held, but nothing was compared: no compared row sees a key, or no element of O (finite or not)
   deviation,  // outside the rule, inside a limit the subject declares (CaseResult::deviation says which)
 };
 std::string_view to_string(VerdictKind kind);

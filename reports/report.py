@@ -106,12 +106,18 @@ def read_records(paths, warnings):
 
 
 def normalise_verdict(record):
-    """A schema-1 pass that compared no row (rows_compared 0) or no finite
-    element was vacuous: schema 1 wrote it as a pass."""
+    """A schema-1 pass that compared no row (rows_compared 0), or no element of
+    O (no finite pair and no NaN/Inf position), was vacuous: schema 1 wrote it
+    as a pass. (Its fully masked rows counted as compared: schema 2 says
+    rows_visible.)"""
     if record.get("schema") == 1 and record.get("verdict") == "pass":
         metrics = record.get("metrics") or {}
-        count = ((metrics.get("o") or {}).get("errors") or {}).get("count")
-        if metrics.get("rows_compared") == 0 or count == 0:
+        o = metrics.get("o") or {}
+        count = (o.get("errors") or {}).get("count")
+        census = o.get("census") or {}
+        nonfinite = sum(census.get(k, 0) for k in ("got_nan", "got_pos_inf", "got_neg_inf", "want_nan",
+                                                   "want_pos_inf", "want_neg_inf"))
+        if metrics.get("rows_compared") == 0 or (count == 0 and nonfinite == 0):
             record["verdict"] = "vacuous"
 
 

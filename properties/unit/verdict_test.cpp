@@ -75,6 +75,20 @@ TEST(Verdict, AFullyMaskedCaseIsVacuousNotAPass) {
   EXPECT_EQ(to_record(some)["verdict"], "pass");
 }
 
+TEST(Verdict, ARowOfNaNEverywhereStillComparesItsPositions) {
+  // One key with a NaN or Inf in V: O is non-finite in every column, so no
+  // finite pair is compared, but the census compares the NaN/Inf positions.
+  CpuLowp subject;
+  const CaseResult r = judge(subject, parse_problem("b=1 hq=2 hkv=1 sq=1 skv=1 d=96 dtype=f32 values=nan_inf(0.02) "
+                                                    "gseed=0 dseed=1"));
+  ASSERT_TRUE(r.ran()) << r.message;
+  EXPECT_EQ(r.subject_metrics.o.errors.count, 0);
+  EXPECT_GT(r.subject_metrics.o.census.want_nan + r.subject_metrics.o.census.want_pos_inf +
+                r.subject_metrics.o.census.want_neg_inf,
+            0);
+  EXPECT_EQ(r.verdict_kind, VerdictKind::pass) << explain(r);
+}
+
 TEST(Verdict, AFailureInsideADeclaredLimitIsADeviation) {
   OverflowingSubject declares(true, true);
   const CaseResult r = judge(declares, parse_problem(kNearOverflow));
