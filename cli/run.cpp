@@ -49,7 +49,14 @@ void print_case(const CaseResult& r) {
     fmt::print("  vs {} (same inputs): err(subject)/err({}) = {:.2f} (max), {:.2f} (rmse); {}\n", r.peer->name,
                r.peer->name, r.peer->o_max_ratio, r.peer->o_rmse_ratio, r.peer->version);
   if (!r.subject_version.empty()) fmt::print("  subject: {}\n", r.subject_version);
-  if (r.verdict.pass) fmt::print("  verdict: PASS -- {}\n", r.verdict.rule);
+  if (r.verdict_kind == VerdictKind::pass) fmt::print("  verdict: PASS -- {}\n", r.verdict.rule);
+  else if (r.verdict_kind == VerdictKind::vacuous)
+    fmt::print("  verdict: VACUOUS -- nothing compared: none of the {} compared row(s) sees a key (empty or fully "
+               "masked), or no element of O was compared; held ({})\n",
+               r.subject_metrics.rows_compared, r.verdict.rule);
+  else if (r.verdict_kind == VerdictKind::deviation)
+    fmt::print("  verdict: DEVIATION -- outside the rule ({}), inside a limit the subject declares: {}\n",
+               r.verdict.rule, r.deviation);
   else fmt::print("{}", explain(r));
 }
 
@@ -97,7 +104,7 @@ int run_cases(const RunOptions& options) {
     throw std::runtime_error("--kokkos: this build has no Kokkos reference (install libtrilinos-kokkos-dev, reconfigure)");
   if (options.require_gpu)
     if (const int code = check_required_gpu(subjects); code != kExitPass) return code;
-  int passed = 0, failed = 0, unsupported = 0, unavailable = 0;
+  int passed = 0, failed = 0, unsupported = 0, unavailable = 0, vacuous = 0, deviations = 0;
   std::set<std::string_view> reported_unavailable;  // one UNAVAILABLE line per subject
   const bool single = problems.size() * subjects.size() == 1;
   for (const Problem& problem : problems) {
@@ -127,7 +134,14 @@ int run_cases(const RunOptions& options) {
           fmt::print("UNAVAILABLE  {:<12} not run on this machine: {}\n", subject->name(), result.message);
         continue;
       }
-      if (!options.quiet || !result.passed()) {
+      // -q: one line for a pass, a vacuous case and a deviation; the whole case for a failure.
+      const std::string_view brief = result.passed()                            ? "PASS"
+                                     : result.verdict_kind == VerdictKind::vacuous &&
+                                               result.ran()                   ? "VACUOUS"
+                                     : result.verdict_kind == VerdictKind::deviation &&
+                                               result.ran()                   ? "DEVIATION"
+                                                                              : "";
+      if (!options.quiet || brief.empty()) {
         fmt::print("\n== {}  {}\n", subject->name(), to_line(problem));
         if (result.ran()) {
           print_case(result);
@@ -140,19 +154,24 @@ int run_cases(const RunOptions& options) {
           fmt::print("  verdict: FAIL -- subject returned {}\n{}", to_string(result.status), explain(result));
         }
       } else {
-        fmt::print("PASS  {:<12} {}\n", subject->name(), to_line(problem));
+        fmt::print("{:<9} {:<12} {}\n", brief, subject->name(), to_line(problem));
       }
-      result.passed() ? ++passed : ++failed;
+      if (result.passed()) ++passed;
+      else if (result.ran() && result.verdict_kind == VerdictKind::vacuous) ++vacuous;
+      else if (result.ran() && result.verdict_kind == VerdictKind::deviation) ++deviations;
+      else ++failed;
     }
   }
   if (!single)
-    fmt::print("\nsummary: {} case(s): {} pass, {} fail, {} unsupported (skipped), {} unavailable (not run here){}\n",
-               passed + failed + unsupported + unavailable, passed, failed, unsupported, unavailable,
-               records ? fmt::format("; records appended to {}", records->path()) : "");
+    fmt::print("\nsummary: {} case(s): {} pass, {} fail, {} vacuous (nothing compared), {} deviation (a declared "
+               "limit), {} unsupported (skipped), {} unavailable (not run here){}\n",
+               passed + failed + vacuous + deviations + unsupported + unavailable, passed, failed, vacuous, deviations,
+               unsupported, unavailable, records ? fmt::format("; records appended to {}", records->path()) : "");
   print_subject_stats();
+  // Vacuous cases and declared deviations are not failures (exit 0), but they are never counted as passes.
   if (failed > 0) return kExitFail;
   if (unsupported > 0 && !every_subject) return kExitBadInput;
-  if (passed == 0) {
+  if (passed + vacuous + deviations == 0) {
     fmt::print(stderr, "flashcheck: no case ran: every subject/problem pair was {}\n",
                unavailable == 0 ? "unsupported"
                : unsupported == 0 ? "unavailable on this machine"

@@ -12,7 +12,10 @@
 namespace flashcheck {
 
 /// Version of the record format; readers refuse records from other versions.
-inline constexpr int kRecordSchema = 1;
+/// 2: the verdicts `vacuous` (nothing compared) and `deviation` (a declared
+/// limit) beside pass and fail, and `rows_visible`; in schema 1 a vacuous
+/// case was written as a pass.
+inline constexpr int kRecordSchema = 2;
 
 nlohmann::json to_json(const ErrorStats& stats);
 nlohmann::json to_json(const TensorMetrics& metrics);

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace flashcheck {
 
@@ -31,6 +32,13 @@ std::optional<std::string> unsupported_reason(const Capabilities& caps, const Pr
     return std::string("non-finite inputs (values=nan_inf) are not supported");
   if (caps.may_flush_subnormals && p.values.family == ValueFamily::subnormal)
     return std::string("subnormal inputs (values=subnormal) may be flushed to zero by this subject");
+  if (caps.compute_dtype && max_finite(*caps.compute_dtype) < max_finite(p.dtype)) {
+    // A subject that computes in a narrower type turns inputs beyond its range into Inf, then NaN.
+    if (const auto magnitude = stated_input_magnitude(p); magnitude && *magnitude > max_finite(*caps.compute_dtype))
+      return fmt::format("values={} reach |x| = {:.3g}, beyond the range of {} that the subject computes in (max {:g})",
+                         to_string(p.values), *magnitude, to_string(*caps.compute_dtype),
+                         max_finite(*caps.compute_dtype));
+  }
   if (!caps.empty_sequences) {
     bool empty = p.seqlen_q == 0 || p.seqlen_kv == 0;
     for (std::int64_t b = 0; b < p.batch; ++b) empty = empty || p.len_q(b) == 0 || p.len_kv(b) == 0;
@@ -39,6 +47,33 @@ std::optional<std::string> unsupported_reason(const Capabilities& caps, const Pr
   if (p.seqlen_q > caps.max_seqlen_q) return fmt::format("seqlen_q {} is above {}", p.seqlen_q, caps.max_seqlen_q);
   if (p.seqlen_kv > caps.max_seqlen_kv) return fmt::format("seqlen_kv {} is above {}", p.seqlen_kv, caps.max_seqlen_kv);
   return std::nullopt;
+}
+
+std::optional<double> stated_input_magnitude(const Problem& p) {
+  const auto& prm = p.values.params;
+  const double scale = p.softmax_scale != 0 ? std::abs(p.softmax_scale) : 1.0;
+  switch (p.values.family) {
+    case ValueFamily::near_overflow: return prm.size() > 1 ? std::optional(std::abs(prm[1]) * max_finite(p.dtype)) : std::nullopt;
+    case ValueFamily::uniform: return prm.size() > 1 ? std::optional(std::max(std::abs(prm[0]), std::abs(prm[1]))) : std::nullopt;
+    case ValueFamily::offset:  // k_c = offset / (n scale), n = min(d, 16) (core/values.cpp)
+      return prm.empty() ? std::nullopt
+                         : std::optional(std::abs(prm[0]) / (static_cast<double>(std::min<std::int64_t>(p.head_dim, 16)) * scale));
+    case ValueFamily::dominant: return prm.empty() ? std::nullopt : std::optional(std::abs(prm[0]) / scale);
+    case ValueFamily::late_max: return prm.size() > 1 ? std::optional(std::abs(prm[1]) / scale) : std::nullopt;
+    default: return std::nullopt;
+  }
+}
+
+std::optional<std::string> declared_deviation(const Capabilities& caps, const Problem& p, double max_abs_v) {
+  if (caps.accumulator_max <= 0) return std::nullopt;
+  std::int64_t keys = 0;  // the most keys one row sees
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t i = 0; i < p.len_q(b); ++i) keys = std::max(keys, visible_key_range(p, b, i).count());
+  const double reach = max_abs_v * static_cast<double>(keys);
+  if (!(reach > caps.accumulator_max)) return std::nullopt;
+  return fmt::format("declared limit: the unnormalised softmax accumulator holds |x| <= {:.3g}, and max |V| {:.3g} "
+                     "times {} visible keys reaches {:.3g}",
+                     caps.accumulator_max, max_abs_v, keys, reach);
 }
 
 std::optional<RunResult> refuse_outside(const Capabilities& caps, const Problem& problem) {
@@ -82,6 +117,7 @@ std::string describe(const Capabilities& caps) {
   if (caps.may_flush_subnormals) text += " may_flush_subnormals";
   if (!caps.empty_sequences) text += " no_empty_sequences";
   if (caps.split_kv) text += " split_kv";
+  if (caps.accumulator_max > 0) text += fmt::format(" accumulator_max={:.3g}", caps.accumulator_max);
   if (!caps.known_deviations.empty()) text += fmt::format(" deviations=\"{}\"", caps.known_deviations);
   return text;
 }

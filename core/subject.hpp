@@ -84,6 +84,12 @@ struct Capabilities {
   /// The subject splits the keys over blocks and merges the splits through
   /// their LSE, and Subject::set_split_count chooses how many splits.
   bool split_kv = false;
+  /// A declared limit: the largest magnitude the subject's unnormalised
+  /// softmax accumulator (sum_j exp(s_j - m) V_j, in f32 in a one-pass
+  /// kernel) holds before it overflows; 0 when none is declared. A case
+  /// outside the rule whose values can reach it (max |V| times the keys one
+  /// row sees) is a `deviation`, not a `fail`; generators keep |V| below it.
+  double accumulator_max = 0;
   /// Documented differences from flashcheck's conventions (empty: none).
   std::string_view known_deviations;
 
@@ -92,6 +98,16 @@ struct Capabilities {
 
 /// Why a problem is outside a domain, or nullopt when it is inside.
 std::optional<std::string> unsupported_reason(const Capabilities& caps, const Problem& problem);
+
+/// The declared limit (Capabilities::accumulator_max) that a case can reach,
+/// in words, or nullopt when none: `max_abs_v` is the largest finite |V| of
+/// its inputs. The judge turns a failed case that matches into a deviation.
+std::optional<std::string> declared_deviation(const Capabilities& caps, const Problem& problem, double max_abs_v);
+
+/// The largest input magnitude a value distribution can produce where its
+/// parameters state one (near_overflow, uniform, offset, dominant, late_max),
+/// else nullopt.
+std::optional<double> stated_input_magnitude(const Problem& problem);
 
 struct RunResult;
 /// The `unsupported` result for a problem outside a domain, or nullopt inside

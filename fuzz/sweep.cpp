@@ -60,8 +60,11 @@ double number(const nlohmann::json& record, const char* key) {
 }
 
 bool failed(const nlohmann::json& record) {
+  // vacuous (nothing compared) and deviation (a limit the subject declares)
+  // are no failures, and no passes either: the summary counts them apart.
   const std::string verdict = record.value("verdict", "error");
-  return verdict != "pass" && verdict != "unsupported" && verdict != "unavailable";
+  return verdict != "pass" && verdict != "unsupported" && verdict != "unavailable" && verdict != "vacuous" &&
+         verdict != "deviation";
 }
 
 Recorded read_records(const fs::path& path) {
@@ -99,7 +102,7 @@ void append_durably(const fs::path& path, const std::string& line) {
 // the ones before it (shards, resume). A draw the generator discards (an
 // RC_PRE inside it) is redrawn with the next salt.
 rc::Shrinkable<Problem> draw_problem(const Subject& subject, std::uint64_t seed, std::int64_t k, int size) {
-  const rc::Gen<Problem> gen = gen_problem_in(subject.capabilities());
+  const rc::Gen<Problem> gen = gen_problem_in(subject.capabilities(), {.long_contexts = true});
   if (size < 0) size = static_cast<int>(k * 37 % 101);  // RapidCheck's size: 0 (small) to 100
   for (std::uint64_t salt = 0; salt < 1000; ++salt) {
     const rc::Random random(rc::Random::Key{seed, static_cast<std::uint64_t>(k), 0x666c617368636865ull, salt});
@@ -334,7 +337,7 @@ std::optional<Problem> shrink(Worker& worker, const Subject& subject, rc::Shrink
 }
 
 struct SubjectStats {
-  std::int64_t cases = 0, passed = 0, unsupported = 0, unavailable = 0;
+  std::int64_t cases = 0, passed = 0, unsupported = 0, unavailable = 0, vacuous = 0, deviations = 0;
   std::string unavailable_because;  // the first unavailable case's message
   std::map<std::string, std::int64_t> failures;  // by check
   double worst_ratio = 0;
@@ -461,7 +464,8 @@ int run_sweep(const FuzzOptions& options) {
     }
     s.worst_ratio = std::max(s.worst_ratio, number(record, "worst_ratio"));
     if (!is_failure) {
-      ++s.passed;
+      const std::string verdict = record.value("verdict", "");
+      ++(verdict == "vacuous" ? s.vacuous : verdict == "deviation" ? s.deviations : s.passed);
       return;
     }
     ++failures;
@@ -587,14 +591,15 @@ int run_sweep(const FuzzOptions& options) {
              workers.size() > 1 ? fmt::format("time of {} workers", workers.size()) : std::string("wall time"),
              subject_ms / 1e3, share(subject_ms), oracle_ms / 1e3, share(oracle_ms), inputs_ms / 1e3, share(inputs_ms),
              std::max(0.0, 100 - share(subject_ms) - share(oracle_ms) - share(inputs_ms)));
-  fmt::print("{:<32} {:>7} {:>7} {:>8} {:>11} {:>9} {:>11} {:>11}  failures by check\n", "subject", "cases", "passes",
-             "failures", "worst ratio", "cases/min", "unsupported", "unavailable");
+  fmt::print("{:<32} {:>7} {:>7} {:>8} {:>8} {:>10} {:>11} {:>9} {:>11} {:>11}  failures by check\n", "subject",
+             "cases", "passes", "failures", "vacuous", "deviations", "worst ratio", "cases/min", "unsupported",
+             "unavailable");
   for (const auto& [name, s] : stats) {
     std::string by_check;
     for (const auto& [check, count] : s.failures) by_check += fmt::format("{}{}={}", by_check.empty() ? "" : " ", check, count);
-    fmt::print("{:<32} {:>7} {:>7} {:>8} {:>11.3g} {:>9.0f} {:>11} {:>11}  {}\n", name, s.cases, s.passed,
-               s.cases - s.passed, s.worst_ratio, s.seconds > 0 ? 60 * s.cases / s.seconds : 0.0, s.unsupported,
-               s.unavailable, by_check);
+    fmt::print("{:<32} {:>7} {:>7} {:>8} {:>8} {:>10} {:>11.3g} {:>9.0f} {:>11} {:>11}  {}\n", name, s.cases, s.passed,
+               s.cases - s.passed - s.vacuous - s.deviations, s.vacuous, s.deviations, s.worst_ratio,
+               s.seconds > 0 ? 60 * s.cases / s.seconds : 0.0, s.unsupported, s.unavailable, by_check);
   }
   // Subjects this machine cannot run: said, never passed; failures under --require-gpu.
   std::int64_t unavailable_subjects = 0;
@@ -632,7 +637,7 @@ int run_sweep(const FuzzOptions& options) {
   // under test failed.
   std::int64_t subject_failures = 0;
   for (const auto& [name, s] : stats)
-    if (!first_catch.count(name)) subject_failures += s.cases - s.passed;
+    if (!first_catch.count(name)) subject_failures += s.cases - s.passed - s.vacuous - s.deviations;
   return subject_failures > 0 || caught.size() < first_catch.size() ? 1 : 0;
 }
 

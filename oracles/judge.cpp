@@ -62,6 +62,42 @@ std::string replay_command(std::string_view subject, const Problem& problem) {
                      to_line(problem));
 }
 
+std::string_view to_string(VerdictKind kind) {
+  switch (kind) {
+    case VerdictKind::pass: return "pass";
+    case VerdictKind::fail: return "fail";
+    case VerdictKind::vacuous: return "vacuous";
+    case VerdictKind::deviation: return "deviation";
+  }
+  return "?";
+}
+
+namespace {
+
+// Compared rows (times the query heads) that see at least one key.
+std::int64_t visible_compared_rows(const Problem& p, const RowSet& rows) {
+  std::int64_t visible = 0;
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (const std::int64_t row : rows.rows)
+      visible += row < p.len_q(b) && visible_key_range(p, b, row).count() > 0;
+  return visible * p.heads_q;
+}
+
+// The largest finite |V| of the inputs.
+double max_abs_finite(const HostTensor& tensor) {
+  double largest = 0;
+  for (std::int64_t b = 0; b < tensor.batch(); ++b)
+    for (std::int64_t h = 0; h < tensor.heads(); ++h)
+      for (std::int64_t s = 0; s < tensor.seqlen(); ++s)
+        for (std::int64_t c = 0; c < tensor.dim(); ++c) {
+          const double x = std::abs(tensor.get(b, h, s, c));
+          if (std::isfinite(x)) largest = std::max(largest, x);
+        }
+  return largest;
+}
+
+}  // namespace
+
 std::string CaseResult::reproducer() const { return replay_command(subject, problem); }
 
 CaseResult judge(Subject& subject, const Problem& problem, const JudgeOptions& options) {
@@ -121,6 +157,24 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
   const AttentionRows got = gather_rows(problem, run.outputs, result.rows);
   result.subject_metrics = compare(problem, got, reference, problem.dtype, bounds);
   result.verdict = decide(result.subject_metrics, result.baseline_metrics, problem.dtype, result.condition);
+  // The verdict: a pass that compared nothing is vacuous; a failure inside a
+  // limit the subject declares is a deviation.
+  result.rows_visible = visible_compared_rows(problem, result.rows);
+  if (result.verdict.pass) {
+    // Nothing compared: no compared row sees a key, or no element of O at all
+    // (neither a finite pair nor a NaN/Inf position of the census: a row
+    // whose every value is NaN in both still checks NaN propagation).
+    const Census& census = result.subject_metrics.o.census;
+    const std::int64_t nonfinite = census.want_nan + census.want_pos_inf + census.want_neg_inf + census.got_nan +
+                                   census.got_pos_inf + census.got_neg_inf;
+    const bool compared = result.rows_visible > 0 && (result.subject_metrics.o.errors.count > 0 || nonfinite > 0);
+    result.verdict_kind = compared ? VerdictKind::pass : VerdictKind::vacuous;
+  } else if (auto limit = declared_deviation(caps, problem, max_abs_finite(inputs.v))) {
+    result.verdict_kind = VerdictKind::deviation;
+    result.deviation = std::move(*limit);
+  } else {
+    result.verdict_kind = VerdictKind::fail;
+  }
   // The peer baseline (cuDNN) on the same inputs, for half-precision problems.
   Subject* peer = options.with_peer && problem.dtype != DType::f32 ? Registry::instance().find("cudnn") : nullptr;
   if (peer && peer != &subject) {
@@ -155,7 +209,9 @@ std::string where(const Position& at) {
 std::string explain(const CaseResult& r) {
   std::string text = fmt::format("subject {} on '{}'\n", r.subject, to_line(r.problem));
   if (!r.ran()) return text + fmt::format("  status {}: {}\n  replay: {}\n", to_string(r.status), r.message, r.reproducer());
-  text += fmt::format("  verdict: {} -- {}\n", r.verdict.pass ? "pass" : "FAIL", r.verdict.rule);
+  text += fmt::format("  verdict: {} -- {}\n", r.verdict_kind == VerdictKind::fail ? "FAIL" : to_string(r.verdict_kind), r.verdict.rule);
+  if (r.verdict_kind == VerdictKind::vacuous) text += "  nothing was compared: no compared row sees a key (empty or fully masked)\n";
+  if (r.verdict_kind == VerdictKind::deviation) text += fmt::format("  {}\n", r.deviation);
   for (const TensorMetrics* tensor : {&r.subject_metrics.o, &r.subject_metrics.lse}) {
     if (tensor == &r.subject_metrics.lse && !r.subject_metrics.has_lse) continue;
     const char* name = tensor == &r.subject_metrics.o ? "O" : "LSE";
@@ -196,9 +252,11 @@ nlohmann::json to_record(const CaseResult& r) {
     record["verdict"] = to_string(r.status);
     return record;
   }
-  record["verdict"] = r.verdict.pass ? "pass" : "fail";
+  record["verdict"] = to_string(r.verdict_kind);
   record["rule"] = r.verdict.rule;
   record["rows_checked"] = r.rows.size();
+  record["rows_visible"] = r.rows_visible;
+  if (r.verdict_kind == VerdictKind::deviation) record["deviation"] = r.deviation;
   record["baseline"] = {{"name", "cpu_lowp"}, {"dtype", std::string(to_string(r.baseline_dtype))},
                         {"metrics", to_json(r.baseline_metrics)}};
   record["metrics"] = to_json(r.subject_metrics);

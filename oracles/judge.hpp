@@ -35,6 +35,15 @@ struct PeerResult {
   double o_max_ratio = 0, o_rmse_ratio = 0;  // err(subject) / err(peer)
 };
 
+/// The verdict of a case that ran (CaseResult::status ok).
+enum class VerdictKind : std::uint8_t {
+  pass,       // something was compared, and it held
+  fail,       // outside the tolerance rule
+  vacuous,    // held, but nothing was compared: no compared row sees a key, or no element of O (finite or not)
+  deviation,  // outside the rule, inside a limit the subject declares (CaseResult::deviation says which)
+};
+std::string_view to_string(VerdictKind kind);
+
 /// Everything one case produced.
 struct CaseResult {
   Problem problem;
@@ -46,7 +55,10 @@ struct CaseResult {
   RowSet rows;
   CaseMetrics subject_metrics;      // subject vs cpu_f64
   CaseMetrics baseline_metrics;     // cpu_lowp vs cpu_f64
-  Verdict verdict;
+  Verdict verdict;                  // the tolerance rule's checks
+  VerdictKind verdict_kind = VerdictKind::pass;  // the verdict: the rule's, made vacuous or a deviation where it applies
+  std::int64_t rows_visible = 0;    // compared rows (over heads) that see at least one key
+  std::string deviation;            // with VerdictKind::deviation: the declared limit the case reaches
   LogitCondition condition;         // the floor's logit conditioning, from cpu_f64
   std::optional<PeerResult> peer;   // with JudgeOptions::with_peer, when the peer ran
   double inputs_ms = 0, subject_ms = 0, oracle_ms = 0, baseline_ms = 0;
@@ -55,7 +67,10 @@ struct CaseResult {
   AttentionRows reference;          // with JudgeOptions::keep_outputs
 
   bool ran() const { return status == Status::ok; }
-  bool passed() const { return ran() && verdict.pass; }
+  /// Ran and passed with something compared (vacuous and deviation are not passes).
+  bool passed() const { return ran() && verdict_kind == VerdictKind::pass; }
+  /// Ran and failed the rule with no declared limit to explain it.
+  bool failed() const { return ran() && verdict_kind == VerdictKind::fail; }
   /// The command that replays this case (replay_command of its subject and problem).
   std::string reproducer() const;
 };

@@ -1,7 +1,11 @@
 #include "properties/generators.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cmath>
 #include <functional>
+#include <tuple>
 
 namespace flashcheck {
 
@@ -86,6 +90,13 @@ rc::Gen<Problem> gen_problem(const ProblemLimits& limits) {
 
 namespace {
 
+// True in `one_in` draws of `of`, at every size. (rc::gen::inRange scales its
+// range with the size: `*inRange(0, n) == 0` is always true at the smallest
+// sizes, which put far more than 1 in n on the lowest value.)
+bool one_in(std::size_t of) {
+  return *rc::gen::weightedElement<bool>({{1, true}, {of - 1, false}});
+}
+
 // exp underflow points: -ln of the smallest normal and subnormal of each type.
 // A logit gap there puts the losing weights exactly at the edge of what the
 // arithmetic can represent.
@@ -101,19 +112,24 @@ std::int64_t round_up(std::int64_t value, std::int64_t multiple) {
   return multiple <= 1 ? value : (value + multiple - 1) / multiple * multiple;
 }
 
-rc::Gen<std::int64_t> gen_length(std::int64_t tile, std::int64_t multiple, std::int64_t max, bool allow_empty) {
-  std::vector<std::int64_t> edges = {1, 2, tile - 1, tile, tile + 1, 2 * tile - 1, 2 * tile + 1, 97, 113, 1023, 1025};
-  if (allow_empty) edges.push_back(0);
+// Lengths in [lowest, max] (multiples of `multiple`), weighted toward the
+// edges: 1, 2, the tile sizes +-1, primes around the usual powers of two.
+// Each edge is listed once (a tile of 1 makes tile - 1 = 0 and tile = 1 edges
+// that the list already holds), and 0 is never drawn: the empty shapes have
+// their own draw (DomainLimits::vacuous_only).
+rc::Gen<std::int64_t> gen_length(std::int64_t tile, std::int64_t multiple, std::int64_t max) {
   std::vector<std::int64_t> usable;
-  for (std::int64_t length : edges) {
+  for (std::int64_t length : {std::int64_t{1}, std::int64_t{2}, tile - 1, tile, tile + 1, 2 * tile - 1, 2 * tile + 1,
+                              std::int64_t{97}, std::int64_t{113}, std::int64_t{1023}, std::int64_t{1025}}) {
     const std::int64_t rounded = round_up(length, multiple);
-    if (rounded <= max && (rounded > 0 || allow_empty)) usable.push_back(rounded);
+    if (rounded >= 1 && rounded <= max && std::find(usable.begin(), usable.end(), rounded) == usable.end())
+      usable.push_back(rounded);
   }
   if (usable.empty()) usable.push_back(round_up(1, multiple));
-  const std::int64_t lowest = allow_empty ? 0 : 1;
+  const std::int64_t top = std::max<std::int64_t>(1, std::min<std::int64_t>(max, 4 * tile));
   return rc::gen::weightedOneOf<std::int64_t>({
       {3, rc::gen::elementOf(usable)},
-      {2, rc::gen::map(rc::gen::inRange<std::int64_t>(lowest, std::min<std::int64_t>(max, 4 * tile) + 1),
+      {2, rc::gen::map(rc::gen::inRange<std::int64_t>(1, top + 1),
                        [multiple](std::int64_t n) { return round_up(n, multiple); })},
   });
 }
@@ -132,16 +148,28 @@ void fit_budget(Problem& p, const Capabilities& caps, const DomainLimits& limits
       // erase rather than resize(1): GCC 12 warns falsely (-Warray-bounds) on the latter here.
       if (!p.lens_q.empty()) p.lens_q.erase(p.lens_q.begin() + 1, p.lens_q.end());
       if (!p.lens_kv.empty()) p.lens_kv.erase(p.lens_kv.begin() + 1, p.lens_kv.end());
-    } else if (p.heads_kv > 1) {
-      p.heads_q /= p.heads_kv;
-      p.heads_kv = 1;
-    } else if (p.heads_q > 1 && p.heads_q > p.heads_kv) {
-      p.heads_q = p.heads_kv;
+    } else if (p.heads_kv > 2 || (p.heads_kv > 1 && p.heads_q == p.heads_kv)) {
+      // Fewer K/V heads at the same ratio: a GQA shape (2 K/V heads or more)
+      // stays GQA, so that the ratios stay evenly drawn.
+      const std::int64_t group = p.group_size();
+      p.heads_kv = p.heads_q == p.heads_kv ? 1 : 2;
+      p.heads_q = p.heads_kv * group;
     } else {
       std::int64_t& longer = p.seqlen_q >= p.seqlen_kv ? p.seqlen_q : p.seqlen_kv;
       const std::int64_t multiple = &longer == &p.seqlen_q ? caps.seqlen_q_multiple : caps.seqlen_kv_multiple;
       const std::int64_t halved = round_up(longer / 2, multiple);
-      if (halved >= longer) break;  // cannot shrink further within the domain
+      if (halved >= longer || halved < 1) {
+        // The lengths cannot shrink further within the domain: the heads give way.
+        if (p.heads_kv > 1) {
+          p.heads_q /= p.heads_kv;
+          p.heads_kv = 1;
+        } else if (p.heads_q > 1) {
+          p.heads_q = 1;
+        } else {
+          break;
+        }
+        continue;
+      }
       longer = halved;
       for (auto* lens : {&p.lens_q, &p.lens_kv})
         for (auto& len : *lens) len = std::min(len, lens == &p.lens_q ? p.seqlen_q : p.seqlen_kv);
@@ -149,15 +177,95 @@ void fit_budget(Problem& p, const Capabilities& caps, const DomainLimits& limits
   }
 }
 
+// Long contexts (DomainLimits::long_contexts): a decode shape (1 to 16 queries)
+// over up to 262144 keys, or a prefill of 4096 to 32768 queries and keys, both
+// within the domain's max_seqlen_* (nothing when it allows neither). CPU
+// subjects get decode shapes and prefills of 4096 at most: a CPU subject
+// computes every row, and 32768^2 rows would take it an hour. One sequence,
+// the drawn heads while the buffers fit max_bytes.
+bool draw_long_context(Problem& p, const Capabilities& caps, const DomainLimits& limits) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> shapes;  // (seqlen_q, seqlen_kv)
+  for (std::int64_t sq : {1, 4, 16})
+    for (std::int64_t skv : {32768, 131072, 262144}) shapes.emplace_back(sq, skv);
+  for (std::int64_t n : {4096, 16384, 32768})
+    if (caps.needs_gpu || n <= 4096) shapes.emplace_back(n, n);
+  std::vector<std::pair<std::int64_t, std::int64_t>> usable;
+  for (auto [sq, skv] : shapes) {
+    sq = round_up(sq, caps.seqlen_q_multiple);
+    skv = round_up(skv, caps.seqlen_kv_multiple);
+    if (sq <= caps.max_seqlen_q && skv <= caps.max_seqlen_kv) usable.emplace_back(sq, skv);
+  }
+  if (usable.empty()) return false;
+  std::tie(p.seqlen_q, p.seqlen_kv) = *rc::gen::elementOf(usable);
+  p.batch = 1;
+  p.lens_q.clear();
+  p.lens_kv.clear();
+  while (p.storage_bytes() * 3 > limits.max_bytes && p.heads_q > 1) {
+    if (p.heads_kv > 1) {
+      p.heads_q /= p.heads_kv;
+      p.heads_kv = 1;
+    } else {
+      p.heads_q = 1;
+    }
+  }
+  // The inputs are drawn on the host and the oracles scan every key of each
+  // sampled row: the heads give way above 2^26 K/V elements (512 MiB of f64
+  // for the oracle's copy) and, for a CPU subject (which computes every row),
+  // above 2.5e8 multiply-adds, about 10 s on one core.
+  const auto too_big = [&] {
+    return p.k_elements() + p.v_elements() > (std::int64_t{1} << 26) || (!caps.needs_gpu && work_of(p) > 2.5e8);
+  };
+  while (too_big() && p.heads_q > 1) {
+    if (p.heads_kv > 1) {
+      p.heads_q /= p.heads_kv;
+      p.heads_kv = 1;
+    } else {
+      p.heads_q = std::max<std::int64_t>(1, p.heads_q / 2);
+    }
+  }
+  while (too_big() && p.seqlen_kv > 32768) p.seqlen_kv = round_up(p.seqlen_kv / 2, caps.seqlen_kv_multiple);
+  return !too_big() && p.storage_bytes() * 3 <= limits.max_bytes;  // else the usual lengths
+}
+
+// Empty and fully masked shapes (DomainLimits::vacuous_only). Under every
+// mask the last valid query row of a sequence sees its last key (causal_tl's
+// first row sees the first), so a problem is vacuous exactly when no sequence
+// has both a query and a key: sq = 0, skv = 0 (every row fully masked), both,
+// or a padded batch whose sequences each lack one or the other.
+void draw_vacuous_lengths(Problem& p, const Capabilities& caps, std::int64_t max_q, std::int64_t max_kv) {
+  const std::int64_t shape = *rc::gen::elementOf(caps.varlen ? std::vector<std::int64_t>{0, 1, 2, 3}
+                                                             : std::vector<std::int64_t>{0, 1, 2});
+  const auto length = [](std::int64_t tile, std::int64_t multiple, std::int64_t max) {
+    return *gen_length(tile, multiple, max);
+  };
+  p.seqlen_q = shape == 1 ? length(caps.tile_q, caps.seqlen_q_multiple, max_q) : 0;
+  p.seqlen_kv = shape == 0 ? length(caps.tile_kv, caps.seqlen_kv_multiple, max_kv) : 0;
+  if (shape == 3) {  // padded: each sequence empty on one side or both
+    p.seqlen_q = length(caps.tile_q, caps.seqlen_q_multiple, max_q);
+    p.seqlen_kv = length(caps.tile_kv, caps.seqlen_kv_multiple, max_kv);
+    p.batch = *rc::gen::inRange<std::int64_t>(2, 5);
+    for (std::int64_t b = 0; b < p.batch; ++b) {
+      const auto side = *rc::gen::element(0, 1, 2);  // 0: no queries, 1: no keys, 2: neither
+      p.lens_q.push_back(side == 0 || side == 2 ? 0 : *rc::gen::inRange<std::int64_t>(1, p.seqlen_q + 1));
+      p.lens_kv.push_back(side == 1 || side == 2 ? 0 : *rc::gen::inRange<std::int64_t>(1, p.seqlen_kv + 1));
+    }
+  }
+}
+
 }  // namespace
 
-rc::Gen<ValueDist> gen_values_for(DType storage, DType compute, std::int64_t tile_kv, bool allow_special_values) {
+rc::Gen<ValueDist> gen_values_for(DType storage, DType compute, std::int64_t tile_kv, bool allow_special_values,
+                                  std::int64_t seqlen_kv) {
   using rc::gen::just;
   // |V| near the maximum of the dtype the subject computes in, but small enough
-  // that an unnormalised f32 accumulator over up to 2048 keys cannot overflow
-  // (f16 keeps half its range; bf16 and f32 share f32's range, so their V stays
-  // 2^-12 of it). near_overflow's parameter is a fraction of the storage max.
-  const double v_magnitude = compute == DType::f16 ? 0.5 * max_finite(DType::f16) : 0x1p-12 * max_finite(compute);
+  // that an unnormalised f32 accumulator over the row's keys (2048 at least)
+  // cannot overflow (f16 keeps half its range; bf16 and f32 share f32's range,
+  // so their V stays 1 / (2 keys) of it: 2^-12 up to 2048 keys). That is the
+  // one-pass softmax's declared limit (Capabilities::accumulator_max).
+  // near_overflow's parameter is a fraction of the storage max.
+  const double keys = static_cast<double>(std::max<std::int64_t>(seqlen_kv, 2048));
+  const double v_magnitude = compute == DType::f16 ? std::min(0.5 * max_finite(DType::f16), max_finite(DType::f32) / (2 * keys))
+                                                   : max_finite(compute) / (2 * keys);
   const double v_frac = v_magnitude / max_finite(storage);
   std::vector<std::pair<std::size_t, rc::Gen<ValueDist>>> choices = {
       {6, rc::gen::map(rc::gen::pair(rc::gen::inRange(-20, 21), rc::gen::inRange(1, 40)),
@@ -219,7 +327,7 @@ rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& li
                                         {{3, rc::gen::elementOf(common)}, {1, rc::gen::inRange(lo, hi + 1)}});
     }
     p.head_dim_v = p.head_dim;
-    if (!caps.head_dim_v_equal && *rc::gen::inRange(0, 4) == 0)
+    if (!caps.head_dim_v_equal && one_in(4))
       p.head_dim_v = *rc::gen::inRange<std::int64_t>(1, std::min(caps.max_head_dim_v, limits.max_head_dim) + 1);
     p.head_dim_v = std::min(p.head_dim_v, caps.max_head_dim_v);
     // The softmax scale, drawn (issue 20: a kernel that hard-codes 1/sqrt(d)
@@ -247,35 +355,42 @@ rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& li
       }
     }
 
-    // Heads: GQA ratios 1, 2, 4, 8 and MQA.
-    p.heads_kv = *rc::gen::inRange<std::int64_t>(1, 4);
-    p.heads_q = p.heads_kv;
-    if (caps.gqa) {
-      const auto shape = *rc::gen::inRange(0, 5);
-      if (shape == 4) {  // MQA
-        p.heads_kv = 1;
-        p.heads_q = *rc::gen::element<std::int64_t>(2, 4, 8);
-      } else {
-        p.heads_q = p.heads_kv * (std::int64_t{1} << shape);  // ratio 1, 2, 4, 8
-      }
-    }
+    // Heads: GQA ratios 1, 2, 4, 8 and MQA, evenly.
+    std::tie(p.heads_q, p.heads_kv) = *gen_grouped_heads(caps);
     p.batch = *rc::gen::inRange<std::int64_t>(1, 4);
 
     const std::int64_t max_q = std::min(caps.max_seqlen_q, limits.max_seqlen);
     const std::int64_t max_kv = std::min(caps.max_seqlen_kv, limits.max_seqlen);
-    p.seqlen_q = *gen_length(caps.tile_q, caps.seqlen_q_multiple, max_q, caps.empty_sequences);
-    p.seqlen_kv = *gen_length(caps.tile_kv, caps.seqlen_kv_multiple, max_kv, caps.empty_sequences);
-    if (caps.varlen && *rc::gen::inRange(0, 3) == 0) {
-      // Padded batch: per-sequence lengths, some of them empty where allowed.
-      p.batch = *rc::gen::inRange<std::int64_t>(2, 5);
-      const std::int64_t lowest = caps.empty_sequences ? 0 : 1;
-      for (std::int64_t b = 0; b < p.batch; ++b) {
-        p.lens_q.push_back(*rc::gen::weightedOneOf<std::int64_t>(
-            {{1, rc::gen::just(std::min(lowest, p.seqlen_q))},
-             {3, rc::gen::inRange(std::min(lowest, p.seqlen_q), p.seqlen_q + 1)}}));
-        p.lens_kv.push_back(*rc::gen::weightedOneOf<std::int64_t>(
-            {{1, rc::gen::just(std::min(lowest, p.seqlen_kv))},
-             {3, rc::gen::inRange(std::min(lowest, p.seqlen_kv), p.seqlen_kv + 1)}}));
+    // Long contexts: 1 in 40 cases of a GPU subject, 1 in 400 of a CPU one
+    // (it computes every row of them, at about 10 s a case on one core).
+    const bool long_context = limits.long_contexts && !limits.vacuous_only && one_in(caps.needs_gpu ? 40 : 400) &&
+                              draw_long_context(p, caps, limits);
+    if (limits.vacuous_only) {
+      if (!caps.empty_sequences) RC_DISCARD("the domain has no empty sequence, so no vacuous shape");
+      draw_vacuous_lengths(p, caps, max_q, max_kv);
+    } else if (!long_context) {
+      p.seqlen_q = *gen_length(caps.tile_q, caps.seqlen_q_multiple, max_q);
+      p.seqlen_kv = *gen_length(caps.tile_kv, caps.seqlen_kv_multiple, max_kv);
+      if (caps.varlen && one_in(3)) {
+        // Padded batch: per-sequence lengths, 1 in 8 of them empty where
+        // allowed, with at least one sequence of queries and keys.
+        p.batch = *rc::gen::inRange<std::int64_t>(2, 5);
+        const auto per_sequence = [&caps](std::int64_t padded) {
+          if (caps.empty_sequences && one_in(8)) return std::int64_t{0};
+          return *rc::gen::weightedOneOf<std::int64_t>(
+              {{1, rc::gen::just(padded)}, {1, rc::gen::just<std::int64_t>(1)}, {4, rc::gen::inRange<std::int64_t>(1, padded + 1)}});
+        };
+        bool compares = false;
+        for (std::int64_t b = 0; b < p.batch; ++b) {
+          p.lens_q.push_back(per_sequence(p.seqlen_q));
+          p.lens_kv.push_back(per_sequence(p.seqlen_kv));
+          compares = compares || (p.lens_q.back() > 0 && p.lens_kv.back() > 0);
+        }
+        if (!compares) {
+          const auto b = static_cast<std::size_t>(*rc::gen::inRange<std::int64_t>(0, p.batch));
+          p.lens_q[b] = std::max<std::int64_t>(p.lens_q[b], 1);
+          p.lens_kv[b] = std::max<std::int64_t>(p.lens_kv[b], 1);
+        }
       }
     }
     if (p.mask == MaskKind::window) {
@@ -288,9 +403,9 @@ rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& li
       p.window_left = *bound;
       p.window_right = *bound;
     }
-    fit_budget(p, caps, limits);
+    if (!long_context) fit_budget(p, caps, limits);
     p.values = *gen_values_for(p.dtype, caps.compute_dtype.value_or(p.dtype), caps.tile_kv,
-                               limits.allow_special_values && caps.nonfinite_inputs);
+                               limits.allow_special_values && caps.nonfinite_inputs, p.seqlen_kv);
     // dominant, late_max and offset place their logits (at exp's underflow
     // points, past f16's range) by K = logit / scale, sized for the default
     // scale: a smaller one overflows K in f16, a larger one multiplies the noise
@@ -312,9 +427,64 @@ rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& li
       p.softmax_scale = std::min(p.softmax_scale, default_softmax_scale(p.head_dim));
     p.geometry_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
     p.data_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
+    // Guards: the construction above already keeps to both.
+    RC_PRE(limits.vacuous_only == (visible_rows(p) == 0));
     RC_PRE(!unsupported_reason(caps, p));
     return p;
   });
+}
+
+rc::Gen<std::pair<std::int64_t, std::int64_t>> gen_grouped_heads(const Capabilities& caps, bool grouped_only) {
+  using Heads = std::pair<std::int64_t, std::int64_t>;  // (heads_q, heads_kv)
+  if (!caps.gqa) {
+    if (grouped_only) return rc::gen::exec([]() -> Heads { RC_DISCARD("the domain has no GQA"); });
+    return rc::gen::map(rc::gen::inRange<std::int64_t>(1, 4), [](std::int64_t h) { return Heads{h, h}; });
+  }
+  // One shape per entry, so each is drawn as often as the others: ratio 1
+  // (1 to 3 heads), true GQA 2, 4, 8 (2 or 3 K/V heads), MQA (1 K/V head, 2 to 8 query heads).
+  std::vector<rc::Gen<Heads>> shapes;
+  if (!grouped_only)
+    shapes.push_back(rc::gen::map(rc::gen::inRange<std::int64_t>(1, 4), [](std::int64_t h) { return Heads{h, h}; }));
+  for (std::int64_t ratio : {2, 4, 8})
+    shapes.push_back(rc::gen::map(rc::gen::inRange<std::int64_t>(2, 4),
+                                  [ratio](std::int64_t kv) { return Heads{kv * ratio, kv}; }));
+  shapes.push_back(rc::gen::map(rc::gen::element<std::int64_t>(2, 4, 8), [](std::int64_t q) { return Heads{q, 1}; }));
+  return rc::gen::join(rc::gen::elementOf(shapes));
+}
+
+namespace {
+
+std::string length_class(std::int64_t length, std::int64_t tile) {
+  if (length >= 4096) return "long";
+  if (length <= 1) return std::to_string(length);
+  if (tile > 2) {
+    if (length == tile - 1) return "tile-1";
+    if (length == tile) return "tile";
+    if (length == tile + 1) return "tile+1";
+  }
+  if (length < tile) return "<tile";
+  if (length < 4 * tile) return "<4tile";
+  return "<4096";
+}
+
+}  // namespace
+
+std::vector<std::string> coverage_labels(const Problem& p, const Capabilities& caps) {
+  std::string gqa = p.heads_q == p.heads_kv ? "1"
+                    : p.heads_kv == 1       ? "mqa"
+                                            : std::to_string(p.group_size());
+  const bool default_scale = std::abs(p.softmax_scale - default_softmax_scale(p.head_dim)) <= 1e-12 * p.softmax_scale;
+  return {
+      fmt::format("dtype={}", to_string(p.dtype)),
+      fmt::format("mask={}", to_string(p.mask)),
+      fmt::format("gqa={}", gqa),
+      fmt::format("len_q={}", length_class(p.seqlen_q, caps.tile_q)),
+      fmt::format("len_kv={}", length_class(p.seqlen_kv, caps.tile_kv)),
+      fmt::format("padded={}", p.padded() ? "yes" : "no"),
+      fmt::format("values={}", to_string(p.values.family)),
+      fmt::format("scale={}", default_scale ? "default" : "other"),
+      fmt::format("vacuous={}", visible_rows(p) == 0 ? "yes" : "no"),
+  };
 }
 
 rc::Gen<Problem> gen_problem_outside(const Capabilities& caps) {

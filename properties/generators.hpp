@@ -9,6 +9,9 @@
 #include <rapidcheck.h>
 
 #include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/problem.hpp"
 #include "core/subject.hpp"
@@ -45,6 +48,13 @@ struct DomainLimits {
   /// true: only empty or fully masked problems (visible_rows(p) == 0), for the
   /// property that holds those to the fully-masked convention.
   bool vacuous_only = false;
+  /// Long contexts at a small rate (about 1 case in 40, where the domain's
+  /// max_seqlen_* allow): decode shapes (seqlen_q <= 16) with up to 262144
+  /// keys, prefill with up to 32768 queries and keys. They ignore max_seqlen
+  /// and max_work (the judge samples their rows: JudgeOptions::max_rows), so
+  /// they stay off in the properties' default budget; the fuzz sweep turns
+  /// them on.
+  bool long_contexts = false;
 };
 
 /// Problems inside `caps`, weighted toward the edges: lengths 0, 1, 2, the
@@ -55,13 +65,32 @@ struct DomainLimits {
 /// f16/bf16/f32, the maximum in the last key tile, logits below -5e4.
 rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& limits = {});
 
+/// Query and K/V head counts (heads_q, heads_kv) inside `caps`, the GQA
+/// ratios 1, 2, 4, 8 and MQA drawn evenly (each 1 in 5). With
+/// `grouped_only`, only true grouping (heads_kv < heads_q): the ratios 2, 4, 8
+/// and MQA, each 1 in 4, for properties about grouping. A domain without GQA
+/// gets heads_q == heads_kv (and a discard with `grouped_only`).
+rc::Gen<std::pair<std::int64_t, std::int64_t>> gen_grouped_heads(const Capabilities& caps, bool grouped_only = false);
+
+/// Coverage labels of a problem, one per dimension, for RC_CLASSIFY per
+/// dimension rather than one cross product:
+///   "dtype=bf16", "mask=causal_br", "gqa=1|2|4|8|mqa", "len_q=..", "len_kv=..",
+///   "padded=yes|no", "values=<family>", "scale=default|other"
+/// where a length class is one of 0, 1, tile-1, tile, tile+1, <tile, <4tile,
+/// long (>= 4096) or other (tile taken from the domain's tile_q / tile_kv).
+/// Usage: for (const auto& label : coverage_labels(p, caps)) RC_TAG(label);
+std::vector<std::string> coverage_labels(const Problem& problem, const Capabilities& caps = {});
+
 /// Problems just outside `caps` (one field out of the domain), for the
 /// unsupported path. Discards when the domain has no outside.
 rc::Gen<Problem> gen_problem_outside(const Capabilities& caps);
 
 /// Value distributions for a storage dtype and the dtype the subject computes
 /// in (its range bounds the values), adversarial ones included.
-rc::Gen<ValueDist> gen_values_for(DType storage, DType compute, std::int64_t tile_kv, bool allow_special_values);
+/// near_overflow keeps |V| * seqlen_kv under half of f32's maximum, the range
+/// of a one-pass softmax's unnormalised accumulator.
+rc::Gen<ValueDist> gen_values_for(DType storage, DType compute, std::int64_t tile_kv, bool allow_special_values,
+                                  std::int64_t seqlen_kv = 2048);
 
 }  // namespace flashcheck
 

@@ -22,7 +22,10 @@ import os
 import statistics
 import sys
 
-SCHEMA = 1  # core/record.hpp kRecordSchema
+SCHEMA = 2  # core/record.hpp kRecordSchema
+# Schema 1 lacks the verdicts `vacuous` and `deviation`: its passes that compared
+# no row are read as vacuous (normalise_verdict).
+READABLE_SCHEMAS = (1, 2)
 HIST_LOG10_FLOORS = [0.0, 5e-324] + [10.0 ** (i - 16) for i in range(20)] + [1e4]  # core/metrics.hpp
 ULP_FLOORS = [0.0, 2.0 ** -9] + [2.0 ** (i - 8) for i in range(28)] + [2.0 ** 20]
 # Thresholds of the baseline comparison, named here and printed in the report.
@@ -89,15 +92,33 @@ def read_records(paths, warnings):
                 continue
             schema = record.get("schema", None)
             schemas[schema] += 1
-            if schema != SCHEMA:
-                raise BadInput(f"{path}:{number}: a record of schema {schema}; this report reads schema {SCHEMA} "
+            if schema not in READABLE_SCHEMAS:
+                raise BadInput(f"{path}:{number}: a record of schema {schema}; this report reads schema "
+                               f"{' or '.join(map(str, READABLE_SCHEMAS))} "
                                "(records from another flashcheck version: re-run them, or report them with "
                                "that version)")
             record["_file"] = path
+            normalise_verdict(record)
             records.append(record)
     if not records:
         raise BadInput(f"no records: the *.jsonl files under {', '.join(paths)} hold none")
     return records
+
+
+def normalise_verdict(record):
+    """A schema-1 pass that compared no row (rows_compared 0), or no element of
+    O (no finite pair and no NaN/Inf position), was vacuous: schema 1 wrote it
+    as a pass. (Its fully masked rows counted as compared: schema 2 says
+    rows_visible.)"""
+    if record.get("schema") == 1 and record.get("verdict") == "pass":
+        metrics = record.get("metrics") or {}
+        o = metrics.get("o") or {}
+        count = (o.get("errors") or {}).get("count")
+        census = o.get("census") or {}
+        nonfinite = sum(census.get(k, 0) for k in ("got_nan", "got_pos_inf", "got_neg_inf", "want_nan",
+                                                   "want_pos_inf", "want_neg_inf"))
+        if metrics.get("rows_compared") == 0 or (count == 0 and nonfinite == 0):
+            record["verdict"] = "vacuous"
 
 
 def problem_fields(line):
@@ -164,6 +185,7 @@ def accuracy(records):
     for r in sorted((r for r in records if kind_of(r) == "case"), key=lambda r: (str(r.get("subject", "")), str(r.get("dtype", "")))):
         key = (r.get("subject", "?"), r.get("dtype") or problem_fields(r.get("problem")).get("dtype", "?"))
         g = groups.setdefault(key, dict(subject=key[0], dtype=key[1], cases=0, passes=0, unsupported=0, unavailable=0,
+                                         vacuous=0, deviations=0, deviated=[],
                                          failures=collections.Counter(), failed=[], worst=[], hist=None,
                                          ulp=None, base_hist=None, base_ulp=None, peer_hist=None, peer_ulp=None,
                                          max_abs=0.0, sq_sum=0.0, count=0, max_ulp=0.0, per_case=[],
@@ -178,6 +200,14 @@ def accuracy(records):
         g["cases"] += 1
         if r.get("subject_version"):
             g["versions"].add(r["subject_version"])
+        if verdict == "vacuous":  # nothing compared: counted apart, never a pass
+            g["vacuous"] += 1
+            continue
+        if verdict == "deviation":  # a limit the subject declares: counted and listed apart
+            g["deviations"] += 1
+            g["deviated"].append(dict(problem=r.get("problem", ""), reproducer=r.get("reproducer", ""),
+                                      message=r.get("deviation") or r.get("rule", "")))
+            continue
         if verdict == "pass":
             g["passes"] += 1
         else:
@@ -457,10 +487,12 @@ def summarise(groups, rows, ceilings, regressions, notes, warnings, inputs, base
     subjects = []
     for g in groups.values():
         if not g["cases"]:
-            continue  # every case outside its domain or unavailable: in `not_run` below
+            continue  # every case outside its domain or unavailable: in the warnings below
+        judged = g["cases"] - g["vacuous"] - g["deviations"]  # cases that compared something under the rule
         subjects.append(dict(subject=g["subject"], dtype=g["dtype"], cases=g["cases"], passes=g["passes"],
-                             pass_rate=g["passes"] / g["cases"] if g["cases"] else None, unsupported=g["unsupported"],
-                             unavailable=g["unavailable"],
+                             pass_rate=g["passes"] / judged if judged else None, unsupported=g["unsupported"],
+                             unavailable=g["unavailable"], vacuous=g["vacuous"], deviations=g["deviations"],
+                             deviated=g["deviated"][:50],
                              failures_by_check=dict(g["failures"]), failures=g["failed"][:50],
                              worst_ratios=[dict(ratio=r, problem=p) for r, p in g["worst"][:5]],
                              o_abs_error=dict(p50_at_most=g["p50"], p99_at_most=g["p99"], p999_at_most=g["p999"],
@@ -501,13 +533,15 @@ def markdown(summary, title):
         out.append(f"> warning: {w}")
     if summary["warnings"]:
         out.append("")
-    out += ["| subject | dtype | cases | pass rate | failures by check | worst ratio | O p99 abs err ≤ | O rel. RMSE (median) |",
-            "|---|---|---:|---:|---|---:|---:|---:|"]
+    out += ["| subject | dtype | cases | pass rate | failures by check | vacuous | deviations | worst ratio | "
+            "O p99 abs err ≤ | O rel. RMSE (median) |",
+            "|---|---|---:|---:|---|---:|---:|---:|---:|---:|"]
     for s in summary["subjects"]:
         by = ", ".join(f"{k}: {v}" for k, v in s["failures_by_check"].items()) or "-"
         worst = s["worst_ratios"][0]["ratio"] if s["worst_ratios"] else None
         rate = f"{100 * s['pass_rate']:.1f}%" if s["pass_rate"] is not None else "-"
-        out.append(f"| {s['subject']} | {s['dtype']} | {s['cases']} | {rate} | {by} | {fmt_float(worst, '.2f')} | "
+        out.append(f"| {s['subject']} | {s['dtype']} | {s['cases']} | {rate} | {by} | {s['vacuous']} | {s['deviations']} | "
+                   f"{fmt_float(worst, '.2f')} | "
                    f"{fmt_float(s['o_abs_error']['p99_at_most'], '.0e')} | {fmt_float(s['o_abs_error']['relative_rmse_median'])} |")
     if summary["bench"]:
         c = summary["ceilings"] or {}
@@ -578,7 +612,8 @@ def html_report(summary, groups, images, title):
         parts.append(f"<p class='warn'>warning: {e(w)}</p>")
 
     parts.append("<h2>Accuracy per subject</h2><table><tr><th class='l'>subject</th><th>dtype</th><th>cases</th>"
-                 "<th>pass rate</th><th class='l'>failures by check</th><th>worst ratio</th><th>O |err| p50 ≤</th>"
+                 "<th>pass rate</th><th class='l'>failures by check</th><th>vacuous</th><th>deviations</th>"
+                 "<th>worst ratio</th><th>O |err| p50 ≤</th>"
                  "<th>p99 ≤</th><th>p99.9 ≤</th><th>max</th><th>RMSE</th><th>rel. RMSE median</th><th>rel. RMSE max</th>"
                  "<th>max ULP</th><th>unsupported</th><th>unavailable</th></tr>")
     for s in summary["subjects"]:
@@ -589,6 +624,7 @@ def html_report(summary, groups, images, title):
         worst = s["worst_ratios"][0]["ratio"] if s["worst_ratios"] else None
         parts.append(f"<tr><td class='l'>{e(s['subject'])}</td><td>{e(s['dtype'])}</td><td>{s['cases']}</td>"
                      f"<td class='{css}'>{'-' if rate is None else f'{100 * rate:.1f}%'}</td><td class='l'>{e(by)}</td>"
+                     f"<td>{s['vacuous']}</td><td>{s['deviations']}</td>"
                      f"<td>{fmt_float(worst, '.2f')}</td><td>{fmt_float(a['p50_at_most'], '.0e')}</td>"
                      f"<td>{fmt_float(a['p99_at_most'], '.0e')}</td><td>{fmt_float(a['p999_at_most'], '.0e')}</td>"
                      f"<td>{fmt_float(a['max'])}</td><td>{fmt_float(a['rmse'])}</td><td>{fmt_float(a['relative_rmse_median'])}</td>"
@@ -597,8 +633,18 @@ def html_report(summary, groups, images, title):
     parts.append("</table><p>Percentiles come from the merged log-scale histograms: each is the upper edge of "
                  "its bin. RMSE pools every compared element; cases of very different magnitude (near-overflow "
                  "values) dominate it, so the relative RMSE (a case's RMSE over its reference's RMS) is given per "
-                 "case too. The worst ratio is the case's error over its tolerance bound (pass ≤ 1).</p>")
+                 "case too. The worst ratio is the case's error over its tolerance bound (pass ≤ 1). The pass rate "
+                 "counts the cases that compared something under the rule: vacuous cases (nothing compared: empty "
+                 "or fully masked) and deviations (outside the rule, inside a limit the subject declares) are "
+                 "counted apart, never as passes.</p>")
     for s in summary["subjects"]:
+        if s["deviated"]:
+            parts.append(f"<details><summary><b>{e(s['subject'])}</b> ({e(s['dtype'])}): {s['deviations']} "
+                         "deviation(s), a limit the subject declares</summary><table><tr><th class='l'>limit</th>"
+                         "<th class='l'>problem</th><th class='l'>replay</th></tr>")
+            parts += [f"<tr><td class='l'>{e(d['message'])}</td><td class='l'><code>{e(d['problem'])}</code></td>"
+                      f"<td class='l'><code>{e(d['reproducer'])}</code></td></tr>" for d in s["deviated"][:20]]
+            parts.append("</table></details>")
         if s["failures"]:
             parts.append(f"<details><summary><b>{e(s['subject'])}</b> ({e(s['dtype'])}): {len(s['failures'])} "
                          "failure(s) shown</summary><table><tr><th class='l'>check</th><th class='l'>problem</th>"

@@ -176,14 +176,40 @@ class Report(unittest.TestCase):
         with open(os.path.join(self.path("out"), "summary.md"), encoding="utf-8") as f:
             self.assertIn("last line is truncated", f.read())
 
+    def test_vacuous_cases_and_deviations_are_counted_apart_from_passes(self):
+        passes = [r for r in load(ACCURACY) if r.get("verdict") == "pass" and r.get("subject") == "cublas-unfused"
+                  and r["metrics"]["rows_compared"] > 0]
+        self.assertGreater(len(passes), 0)
+        records = [copy.deepcopy(r) for r in (passes * 5)[:5]]
+        records[0].update(schema=2, verdict="vacuous", rows_visible=0)
+        records[1].update(schema=2, verdict="deviation", deviation="declared limit: accumulator")
+        records[2]["metrics"]["rows_compared"] = 0  # schema 1: a pass that compared no row was vacuous
+        records[3:] = [dict(r, schema=2) for r in records[3:]]
+        save(self.path("records.jsonl"), records)
+        run = report(self.path("records.jsonl"), "-o", self.path("out"))
+        self.assertEqual(run.returncode, 0, run.stderr)
+        with open(os.path.join(self.path("out"), "summary.json"), encoding="utf-8") as f:
+            summary = json.load(f)
+        (subject,) = summary["subjects"]
+        self.assertEqual(subject["cases"], len(records))
+        self.assertEqual(subject["vacuous"], 2)
+        self.assertEqual(subject["deviations"], 1)
+        self.assertEqual(subject["passes"], len(records) - 3)
+        self.assertEqual(subject["pass_rate"], 1.0)
+        self.assertEqual(subject["failures_by_check"], {})
+        with open(os.path.join(self.path("out"), "summary.md"), encoding="utf-8") as f:
+            self.assertIn("| vacuous | deviations |", f.read())
+        with open(os.path.join(self.path("out"), "report.html"), encoding="utf-8") as f:
+            self.assertIn("declared limit: accumulator", f.read())
+
     def test_records_of_another_version_are_refused_in_one_line(self):
         records = load(ACCURACY)[:3]
-        records[1]["schema"] = 2
+        records[1]["schema"] = 3
         save(self.path("records.jsonl"), records)
         run = report(self.path("records.jsonl"), "-o", self.path("out"))
         self.assertEqual(run.returncode, 2)
         self.assertEqual(len(run.stderr.strip().splitlines()), 1, run.stderr)
-        self.assertIn("schema 2", run.stderr)
+        self.assertIn("schema 3", run.stderr)
 
 
 def python_with_matplotlib():

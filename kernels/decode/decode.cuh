@@ -33,6 +33,7 @@ inline constexpr Capabilities kDecodeCapabilities = {
     .tile_kv = 96,  // keys per block step at d = 128 (12 warps x 8)
     .needs_gpu = true,
     .min_compute_capability = 80,
+    .accumulator_max = std::numeric_limits<float>::max(),  // one-pass softmax: O accumulates unnormalised in f32
 };
 
 /// Calls body.template operator()<Element, kHeadDim>() for the args' dtype and

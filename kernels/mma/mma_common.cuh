@@ -485,6 +485,7 @@ inline constexpr Capabilities kMmaCapabilities = {
     .tile_kv = 64,
     .needs_gpu = true,
     .min_compute_capability = 80,
+    .accumulator_max = std::numeric_limits<float>::max(),  // one-pass softmax: O accumulates unnormalised in f32
 };
 
 /// A kernel of the family: kernel(args, bh_base), grid (query blocks, heads).

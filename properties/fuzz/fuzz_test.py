@@ -55,7 +55,8 @@ class Sweep(unittest.TestCase):
         got = records(self.out("a"))
         self.assertEqual(len(got), 30)
         self.assertEqual(len({r["case"] for r in got}), 30)
-        self.assertTrue(all(r["verdict"] in ("pass", "unsupported") for r in got), got)
+        # vacuous: a case that compares nothing (none is drawn on purpose; counted apart if one is)
+        self.assertTrue(all(r["verdict"] in ("pass", "vacuous", "unsupported") for r in got), got)
         self.assertEqual({r["subject"] for r in got}, {"smoke-cpu-lowp", "cpu-plain"})
         self.assertRegex(run.stdout, r"sweep summary: 30 case\(s\) run in [0-9.]+ min \([0-9]+ cases/min\), 0 failure")
         self.assertRegex(run.stdout, r"oracles \(f64 \+ baseline\) [0-9.]+ s \([0-9]+%\)")
@@ -94,7 +95,7 @@ class Sweep(unittest.TestCase):
             self.assertEqual(r["verdict"], "crash")
             self.assertIn(SEGV_EPITAPH, r["message"])
             self.assertIn("--problem '", r["reproducer"])
-        self.assertTrue(all(r["verdict"] == "pass" for r in got if r["subject"] == "smoke-cpu-lowp"))
+        self.assertTrue(all(r["verdict"] in ("pass", "vacuous") for r in got if r["subject"] == "smoke-cpu-lowp"))
         with open(os.path.join(self.out("a"), "corpus", "misbehave-crash.problems"), encoding="utf-8") as f:
             lines = [line for line in f.read().splitlines() if line and not line.startswith("#")]
         expected = [r["problem"] for r in crashes] + [r["shrunk_problem"] for r in crashes if "shrunk_problem" in r]
@@ -110,7 +111,7 @@ class Sweep(unittest.TestCase):
         for r in got:
             verdicts[r["subject"]].add(r["verdict"])
         self.assertEqual(verdicts["misbehave-fault"], {"fault"})
-        self.assertEqual(verdicts["smoke-cpu-lowp"], {"pass"})
+        self.assertLessEqual(verdicts["smoke-cpu-lowp"], {"pass", "vacuous"})
 
     def test_an_unavailable_subject_is_counted_apart_never_passed(self):
         run = sweep(self.out("a"), "--subjects", "misbehave-unavailable,cpu-plain", "--cases", "12", "--seed", "5")
@@ -285,7 +286,7 @@ class Sweep(unittest.TestCase):
         self.assertLess(time.monotonic() - start, 60)
         self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
         (record,) = records(self.out("a"))
-        self.assertEqual((record["verdict"], record["schema"]), ("timeout", 1))
+        self.assertEqual((record["verdict"], record["schema"]), ("timeout", 2))
 
     def test_sanitize_mode_without_the_tool_is_one_line_and_exit_2(self):
         env = dict(os.environ, FLASHCHECK_COMPUTE_SANITIZER="/nonexistent/compute-sanitizer")

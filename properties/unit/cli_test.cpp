@@ -83,6 +83,28 @@ TEST(CliTest, RunPrintsMetricsAndAPassVerdict) {
   EXPECT_NE(r.out.find("verdict: PASS"), std::string::npos) << r.out;
 }
 
+TEST(CliTest, RunPrintsAVacuousCaseAsVacuousAndExitsZero) {
+  // Every row fully masked (no key): nothing compared, so never PASS, and no failure either.
+  const Outcome full = flashcheck("run --subject cpu-plain --problem 'b=1 hq=2 sq=5 skv=0 d=8 dtype=f32'");
+  EXPECT_EQ(full.exit_code, 0) << full.out << full.err;
+  EXPECT_NE(full.out.find("verdict: VACUOUS"), std::string::npos) << full.out;
+  EXPECT_EQ(full.out.find("PASS"), std::string::npos) << full.out;
+  const Outcome quiet = flashcheck("run -q --subject cpu-plain --problem 'b=1 hq=2 sq=5 skv=0 d=8 dtype=f32' "
+                                   "--problem 'b=1 hq=2 sq=5 skv=5 d=8 dtype=f32'");
+  EXPECT_EQ(quiet.exit_code, 0) << quiet.out << quiet.err;
+  EXPECT_NE(quiet.out.find("VACUOUS   cpu-plain"), std::string::npos) << quiet.out;
+  EXPECT_NE(quiet.out.find("1 pass, 0 fail, 1 vacuous"), std::string::npos) << quiet.out;
+}
+
+TEST(CliTest, RunRefusesValuesBeyondTheComputeDtypeWithAReason) {
+  // wmma-tiles computes f32 inputs in f16: |V| up to 0.9 x f32's max is outside its domain.
+  const Outcome r = flashcheck("run --subject wmma-tiles --problem "
+                               "'b=1 hq=4 sq=100 skv=100 d=64 dtype=f32 values=near_overflow(3000,0.9)'");
+  if (r.err.find("unknown subject") != std::string::npos) GTEST_SKIP() << "no CUDA build: " << r.err;
+  EXPECT_NE(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("beyond the range of f16"), std::string::npos) << r.err;
+}
+
 TEST(CliTest, RecordsAreAppendedAsJsonLines) {
   const auto path = scratch_dir() / "records" / "out.jsonl";
   std::filesystem::remove(path);
@@ -98,7 +120,7 @@ TEST(CliTest, RecordsAreAppendedAsJsonLines) {
     const auto record = nlohmann::json::parse(line);
     EXPECT_EQ(record["subject"], "smoke-cpu-lowp");
     EXPECT_EQ(record["verdict"], "pass");
-    EXPECT_EQ(record["schema"], 1);
+    EXPECT_EQ(record["schema"], 2);
     EXPECT_TRUE(record["metrics"]["o"]["errors"].contains("p999"));
     EXPECT_TRUE(record["tolerance"]["checks"].is_array());
     EXPECT_NE(record["problem"].get<std::string>().find("mask=causal_br"), std::string::npos);
@@ -174,10 +196,12 @@ TEST(CliTest, SweepOverAProblemsFileSummarisesAndPasses) {
     const bool takes_f16_and_bf16 = line.find("f16") != std::string::npos && line.find("bf16") != std::string::npos;
     if (takes_f16_and_bf16 && (line.find("device=cpu") != std::string::npos || gpu_present)) ++runnable;
   }
-  // The rest is unsupported (outside a domain) or, for GPU subjects without
-  // a GPU, unavailable: skipped either way, never passed.
-  const std::string expected = std::to_string(3 * subjects) + " case(s): " + std::to_string(2 * runnable) +
-                               " pass, 0 fail, ";
+  // The second problem has no key (skv=0): vacuous, counted apart from the
+  // passes. The rest is unsupported (outside a domain) or, for GPU subjects
+  // without a GPU, unavailable: skipped either way, never passed.
+  const std::string expected = std::to_string(3 * subjects) + " case(s): " + std::to_string(runnable) +
+                               " pass, 0 fail, " + std::to_string(runnable) +
+                               " vacuous (nothing compared), 0 deviation (a declared limit), ";
   const auto at = r.out.find(expected);
   ASSERT_NE(at, std::string::npos) << "expected '" << expected << "' in\n" << r.out;
   int unsupported = -1, unavailable = -1;
@@ -245,7 +269,7 @@ TEST_F(RequireGpuTest, WithoutTheFlagAGpuSubjectIsUnavailableNeverPassed) {
   const Outcome mixed =
       flashcheck("run -s cpu-plain -s " + gpu_subject_ + kProblem);
   EXPECT_EQ(mixed.exit_code, 0) << mixed.out << mixed.err;
-  EXPECT_NE(mixed.out.find("1 pass, 0 fail, 0 unsupported (skipped), 1 unavailable"), std::string::npos) << mixed.out;
+  EXPECT_NE(mixed.out.find("1 pass, 0 fail, 0 vacuous (nothing compared), 0 deviation (a declared limit), 0 unsupported (skipped), 1 unavailable"), std::string::npos) << mixed.out;
   EXPECT_NE(mixed.out.find("UNAVAILABLE  " + gpu_subject_), std::string::npos) << mixed.out;
 }
 
