@@ -68,7 +68,8 @@ Verdict decide(const CaseMetrics& subject, const CaseMetrics& baseline, DType ou
   // subject's t statistic (tolerance.hpp).
   {
     RuleCheck bias = check("o.bias", std::fabs(so.mean_signed), std::fabs(bo.mean_signed),
-                           kBiasFloorRoundings * unit_roundoff(out_dtype) * bo.ref_rms +
+                           kBiasFloorRoundings * std::max(unit_roundoff(out_dtype) * bo.ref_rms,
+                                                          min_subnormal(out_dtype)) +
                                logit_noise(condition, condition.o_rms));
     const bool significant = so.count >= kBiasMinCount && std::fabs(so.bias_t) > kBiasT;
     const double t_ratio = so.count >= kBiasMinCount ? std::fabs(so.bias_t) / kBiasT : 0.0;

@@ -80,7 +80,12 @@ double logit_noise(const LogitCondition& condition, double value);
 ///    kBiasMinCount, so that t has a sample behind it;
 ///  - it is larger than the baseline's own bias and the output rounding explain:
 ///      |mean_signed(subject)| > kBaselineFactor |mean_signed(baseline)| + bias_floor
-///      bias_floor = kBiasFloorRoundings u(out) rms(ref) + logit_noise(o_rms)
+///      bias_floor = kBiasFloorRoundings max(u(out) rms(ref), s(out)) + logit_noise(o_rms)
+///    where s(out) is the dtype's smallest subnormal: the output grid's spacing
+///    wherever the outputs are subnormal, whatever their size (measured on an
+///    H100: warp-rows, correctly rounded, on f32 `values=subnormal()` outputs
+///    near 2e-39 had a mean signed error of 0.19 of that spacing at t = 10.3,
+///    which u(out) rms(ref) = 1e-46 called a bias)
 ///    The factor is the rule's own (a kernel may be twice as biased as plain
 ///    attention in its precision: the baseline rounds S and P to the working
 ///    dtype, and round-to-nearest of the same values can carry a bias of
