@@ -1,10 +1,14 @@
 // bench-oracle: cpu_f64 throughput next to the plain dgemm rate of the same
-// machine, measured in the same run, and the peak resident memory.
+// machine, measured in the same run, and the peak resident memory. With
+// --kokkos host|device: the Kokkos reference instead (on a GPU where a CUDA
+// Kokkos is built in), every row timed end to end (inputs staged and decoded,
+// the kernel, O and LSE copied back), then checked against cpu_f64 on sampled rows.
 #include <fmt/core.h>
 #include <omp.h>
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <memory>
 #include <vector>
@@ -14,6 +18,7 @@
 #include "core/values.hpp"
 #include "oracles/blas.hpp"
 #include "oracles/cpu_f64.hpp"
+#include "oracles/kokkos/kokkos_reference.hpp"
 
 namespace flashcheck::cli {
 namespace {
@@ -22,6 +27,10 @@ struct BenchOptions {
   std::int64_t batch = 1, heads = 16, seqlen = 4096, head_dim = 128, rows = 0;
   int repeats = 3;
   std::string dtype = "bf16";
+  std::string problem_line;  // overrides the shape options
+  std::string kokkos;        // "", "host" or "device"
+  KokkosTiling tiling;
+  std::int64_t check_rows = 256;
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -70,12 +79,82 @@ double dgemm_gflops(int repeats) {
   return 2.0 * n * n * n * threads / median(times) / 1e9;
 }
 
+// The two products: 2*d FLOPs per (query, key) pair each for Q K^T and P V
+// (masked pairs included: a nominal count).
+double nominal_flops(const Problem& problem, std::int64_t rows) {
+  return 2.0 * problem.batch * problem.heads_q * static_cast<double>(rows) * problem.seqlen_kv *
+         (problem.head_dim + problem.head_dim_v);
+}
+
+// The Kokkos reference on every row, timed end to end; its first run (Kokkos
+// and CUDA start-up) is a warm-up. Then cpu_f64 on sampled rows must agree to
+// f64 rounding (the triangulation property's 1e-12 normwise).
+int bench_kokkos(const Problem& problem, const BenchOptions& options) {
+  const KokkosSpace space = options.kokkos == "device" ? KokkosSpace::device : KokkosSpace::host;
+  const KokkosTiling tiling = kokkos_fitted_tiling(problem, options.tiling, space);
+  fmt::print("bench-oracle: kokkos_f64 on the {} ({}), problem {}\n", options.kokkos, kokkos_description(),
+             to_line(problem));
+  fmt::print("  tiling: {} query rows per team, {} keys per tile, {} threads per team\n", tiling.rows_per_team,
+             tiling.key_tile, tiling.team_size);
+  auto start = std::chrono::steady_clock::now();
+  const Inputs inputs = generate_inputs(problem);
+  fmt::print("  inputs generated in {:.2f} s\n", seconds_since(start));
+  const RowSet rows = all_rows(problem);
+  AttentionRows reference;
+  std::vector<double> times;
+  for (int r = 0; r < options.repeats + 1; ++r) {
+    start = std::chrono::steady_clock::now();
+    reference = kokkos_reference(problem, inputs, rows, Accumulation::f64, tiling, space);
+    if (r > 0) times.push_back(seconds_since(start));
+  }
+  const double tflops = nominal_flops(problem, rows.size()) / median(times) / 1e12;
+  fmt::print("  every row ({} per head): median {:.3f} s of {} (after a warm-up) -> {:.2f} TFLOP/s{}\n", rows.size(),
+             median(times), times.size(), tflops, problem.mask == MaskKind::none ? "" : " (nominal: masked pairs counted)");
+
+  const RowSet sample = sample_rows(problem, options.check_rows, 1);
+  start = std::chrono::steady_clock::now();
+  const AttentionRows oracle = cpu_f64_reference(problem, inputs, sample);
+  const double oracle_seconds = seconds_since(start);
+  double error_sq = 0, norm_sq = 0, lse_worst = 0;
+  std::int64_t mismatched_nan = 0;
+  for (std::int64_t b = 0; b < problem.batch; ++b)
+    for (std::int64_t h = 0; h < problem.heads_q; ++h)
+      for (std::int64_t r = 0; r < sample.size(); ++r) {
+        const double lse_want = oracle.lse[oracle.index(b, h, r)], lse_got = reference.lse[reference.index(b, h, sample.rows[r])];
+        if (std::isfinite(lse_want)) lse_worst = std::max(lse_worst, std::fabs(lse_got - lse_want) / (1 + std::fabs(lse_want)));
+        else mismatched_nan += !(lse_got == lse_want || (std::isnan(lse_got) && std::isnan(lse_want)));
+        const double* want = oracle.o_row(b, h, r);
+        const double* got = reference.o_row(b, h, sample.rows[r]);  // all_rows: row r is position r
+        for (std::int64_t c = 0; c < problem.head_dim_v; ++c) {
+          if (std::isnan(want[c]) || std::isnan(got[c])) {
+            mismatched_nan += std::isnan(want[c]) != std::isnan(got[c]);
+            continue;
+          }
+          error_sq += (got[c] - want[c]) * (got[c] - want[c]);
+          norm_sq += want[c] * want[c];
+        }
+      }
+  const double normwise = norm_sq > 0 ? std::sqrt(error_sq / norm_sq) : std::sqrt(error_sq);
+  const bool agree = normwise <= 1e-12 && lse_worst <= 1e-12 && mismatched_nan == 0;
+  fmt::print("  cross-check: cpu_f64 on {} sampled rows per head ({:.2f} s): normwise O difference {:.3g}, LSE {:.3g} "
+             "(relative to 1 + |LSE|), {} non-finite position(s) differ -> {}\n",
+             sample.size(), oracle_seconds, normwise, lse_worst, mismatched_nan, agree ? "agree" : "DISAGREE");
+  fmt::print("  peak resident memory: {:.0f} MiB\n", peak_rss_mib());
+  return agree ? kExitPass : kExitFail;
+}
+
 int bench(const BenchOptions& options) {
-  auto dtype = parse_dtype(options.dtype);
-  if (!dtype) throw std::runtime_error(fmt::format("unknown dtype '{}'", options.dtype));
-  Problem problem = make_problem(options.batch, options.heads, options.heads, options.seqlen, options.seqlen,
-                                 options.head_dim, *dtype);
+  Problem problem;
+  if (!options.problem_line.empty()) {
+    problem = parse_problem(options.problem_line);
+  } else {
+    auto dtype = parse_dtype(options.dtype);
+    if (!dtype) throw std::runtime_error(fmt::format("unknown dtype '{}'", options.dtype));
+    problem = make_problem(options.batch, options.heads, options.heads, options.seqlen, options.seqlen,
+                           options.head_dim, *dtype);
+  }
   validate(problem);
+  if (!options.kokkos.empty()) return bench_kokkos(problem, options);
   fmt::print("bench-oracle: {} threads, problem {}\n", omp_get_max_threads(), to_line(problem));
   const double dgemm = dgemm_gflops(options.repeats);
   fmt::print("  dgemm (OpenBLAS single-threaded per thread, n=1024): {:.1f} GFLOP/s\n", dgemm);
@@ -91,10 +170,7 @@ int bench(const BenchOptions& options) {
     times.push_back(seconds_since(start));
     if (reference.o.empty() && rows.size() > 0) throw std::runtime_error("oracle produced nothing");
   }
-  // The two products: 2*d FLOPs per (query, key) pair each for Q K^T and P V.
-  const double flops = 4.0 * problem.batch * problem.heads_q * static_cast<double>(rows.size()) * problem.seqlen_kv *
-                       problem.head_dim;
-  const double oracle = flops / median(times) / 1e9;
+  const double oracle = nominal_flops(problem, rows.size()) / median(times) / 1e9;
   fmt::print("  cpu_f64 on {} row(s) per head: median {:.3f} s of {} -> {:.1f} GFLOP/s = {:.0f}% of dgemm\n",
              rows.size(), median(times), times.size(), oracle, 100.0 * oracle / dgemm);
   fmt::print("  peak resident memory: {:.0f} MiB\n", peak_rss_mib());
@@ -105,7 +181,8 @@ int bench(const BenchOptions& options) {
 
 void add_bench_oracle(CLI::App& app, int& exit_code) {
   auto options = std::make_shared<BenchOptions>();
-  auto* command = app.add_subcommand("bench-oracle", "Time the f64 oracle against the machine's dgemm rate");
+  auto* command = app.add_subcommand(
+      "bench-oracle", "Time the f64 oracle against the machine's dgemm rate, or the Kokkos reference (--kokkos)");
   command->add_option("-b,--batch", options->batch)->capture_default_str();
   command->add_option("--heads", options->heads)->capture_default_str();
   command->add_option("-n,--seqlen", options->seqlen, "seqlen_q = seqlen_kv")->capture_default_str();
@@ -113,6 +190,18 @@ void add_bench_oracle(CLI::App& app, int& exit_code) {
   command->add_option("--rows", options->rows, "Sampled query rows per head (0: all)")->capture_default_str();
   command->add_option("--repeats", options->repeats)->check(CLI::Range(1, 100))->capture_default_str();
   command->add_option("--dtype", options->dtype)->capture_default_str();
+  command->add_option("-p,--problem", options->problem_line, "A problem line (instead of the shape options)");
+  command->add_option("--kokkos", options->kokkos,
+                      "Time the Kokkos reference on every row instead, on the host or the device (a GPU)")
+      ->check(CLI::IsMember({"host", "device"}));
+  command->add_option("--rows-per-team", options->tiling.rows_per_team, "Kokkos: query rows per team")
+      ->capture_default_str();
+  command->add_option("--key-tile", options->tiling.key_tile, "Kokkos: keys per tile")->capture_default_str();
+  command->add_option("--team-size", options->tiling.team_size, "Kokkos: threads per team (0: the space's default)")
+      ->capture_default_str();
+  command->add_option("--check-rows", options->check_rows, "Kokkos: rows per head cross-checked with cpu_f64")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   command->callback([options, &exit_code] { exit_code = bench(*options); });
 }
 

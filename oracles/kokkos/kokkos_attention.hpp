@@ -146,8 +146,9 @@ struct TiledOnlineSoftmax {
 
   /// Team scratch: S/P and the per-row state.
   std::size_t scratch_bytes() const {
-    return ScratchArray<Acc>::shmem_size(rows_padded * s_stride) + 4 * ScratchArray<Acc>::shmem_size(rows_padded) +
-           4 * ScratchArray<std::int64_t>::shmem_size(rows_padded);
+    const auto n = static_cast<std::size_t>(rows_padded);
+    return ScratchArray<Acc>::shmem_size(n * static_cast<std::size_t>(s_stride)) +
+           4 * ScratchArray<Acc>::shmem_size(n) + 4 * ScratchArray<std::int64_t>::shmem_size(n);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Team& team) const {
@@ -159,12 +160,12 @@ struct TiledOnlineSoftmax {
     const std::int64_t rows_here = first_row + rows_per_team < g.rows ? rows_per_team : g.rows - first_row;
     const std::int64_t lq = len_q(b), lk = len_kv(b);
 
-    ScratchArray<Acc> s(team.team_scratch(0), rows_padded * s_stride);
-    ScratchArray<Acc> row_max(team.team_scratch(0), rows_padded), row_sum(team.team_scratch(0), rows_padded),
-        row_correction(team.team_scratch(0), rows_padded), row_subtrahend(team.team_scratch(0), rows_padded);
-    ScratchArray<std::int64_t> key_begin(team.team_scratch(0), rows_padded),
-        key_end(team.team_scratch(0), rows_padded), saw_key(team.team_scratch(0), rows_padded),
-        seen_now(team.team_scratch(0), rows_padded);
+    const auto n = static_cast<std::size_t>(rows_padded);
+    ScratchArray<Acc> s(team.team_scratch(0), n * static_cast<std::size_t>(s_stride));
+    ScratchArray<Acc> row_max(team.team_scratch(0), n), row_sum(team.team_scratch(0), n),
+        row_correction(team.team_scratch(0), n), row_subtrahend(team.team_scratch(0), n);
+    ScratchArray<std::int64_t> key_begin(team.team_scratch(0), n), key_end(team.team_scratch(0), n),
+        saw_key(team.team_scratch(0), n), seen_now(team.team_scratch(0), n);
 
     // Per row: its visible keys (none for padding rows and the block's own
     // padding), the running state, and O = 0.

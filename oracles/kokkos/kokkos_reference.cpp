@@ -4,12 +4,11 @@
 // results copied back.
 #include "oracles/kokkos/kokkos_reference.hpp"
 
-#include <fmt/format.h>
-
 #include <Kokkos_Core.hpp>
 #include <limits>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 
 #include "oracles/kokkos/kokkos_attention.hpp"
 
@@ -17,6 +16,12 @@ namespace flashcheck {
 namespace {
 
 namespace ka = kokkos_attention;
+
+// View extents as size_t: Kokkos 4's mdspan-based View rejects signed extents under nvcc.
+std::size_t extent(std::int64_t n) { return static_cast<std::size_t>(n); }
+
+// (No fmt here: its compile-time format strings do not compile under nvcc.)
+std::string text(std::int64_t n) { return std::to_string(n); }
 
 // Kokkos is initialised once per process, on first use, and finalised at exit.
 class KokkosRuntime {
@@ -124,7 +129,8 @@ template <class Space, class Acc>
 Kokkos::View<Acc****, Kokkos::LayoutRight, Space> stage(const HostTensor& tensor, const char* label,
                                                         Kokkos::View<const std::int64_t*, Space> position,
                                                         std::int64_t rows) {
-  Kokkos::View<Acc****, Kokkos::LayoutRight, Space> out(std::string(label), tensor.batch(), tensor.heads(), rows, tensor.dim());
+  Kokkos::View<Acc****, Kokkos::LayoutRight, Space> out(std::string(label), extent(tensor.batch()), extent(tensor.heads()), extent(rows),
+                                                        extent(tensor.dim()));
   DecodeTensor<Space, Acc> decode{out, {}, {}, position, storage_code(tensor.dtype()), tensor.layout() == Layout::bshd,
                                   tensor.heads(), tensor.seqlen(), tensor.dim()};
   const auto elements = static_cast<std::size_t>(tensor.size());
@@ -165,13 +171,14 @@ KokkosTiling fit(const Problem& p, KokkosTiling tiling) {
   if (tiling.rows_per_team < 1 || tiling.rows_per_team > kMaxTile || tiling.key_tile < 1 ||
       tiling.key_tile > kMaxTile || tiling.team_size < 0)
     throw std::invalid_argument(
-        fmt::format("Kokkos tiling: rows_per_team and key_tile must be in [1, {}], team_size >= 0", kMaxTile));
+        "Kokkos tiling: rows_per_team and key_tile must be in [1, " + text(kMaxTile) + "], team_size >= 0");
   if (tiling.team_size == 0) tiling.team_size = std::is_same_v<Space, Kokkos::DefaultHostExecutionSpace> ? 1 : kGpuTeamSize;
   const auto limit = static_cast<std::size_t>(Kokkos::TeamPolicy<Space>::scratch_size_max(0));
   while (make_kernel<Space, Acc>(p, 1, tiling).scratch_bytes() > limit) {
     if (tiling.rows_per_team > 4) tiling.rows_per_team /= 2;
     else if (tiling.key_tile > 4) tiling.key_tile /= 2;
-    else throw std::invalid_argument(fmt::format("Kokkos tiling: no tile fits the team scratch ({} bytes)", limit));
+    else throw std::invalid_argument("Kokkos tiling: no tile fits the team scratch (" + text(static_cast<std::int64_t>(limit)) +
+                                     " bytes)");
   }
   return tiling;
 }
@@ -183,7 +190,8 @@ AttentionRows online_softmax(const Problem& p, const Inputs& in, const RowSet& r
   AttentionRows out(p, rows);
   if (nrows == 0 || p.batch == 0) return out;
 
-  Kokkos::View<std::int64_t*, Space> position("position", nrows), len_q("len_q", p.batch), len_kv("len_kv", p.batch);
+  Kokkos::View<std::int64_t*, Space> position("position", extent(nrows)), len_q("len_q", extent(p.batch)),
+      len_kv("len_kv", extent(p.batch));
   {
     auto position_host = Kokkos::create_mirror_view(position);
     auto len_q_host = Kokkos::create_mirror_view(len_q);
@@ -202,15 +210,16 @@ AttentionRows online_softmax(const Problem& p, const Inputs& in, const RowSet& r
   kernel.q = stage<Space, Acc>(in.q, "q", position, nrows);
   kernel.k = stage<Space, Acc>(in.k, "k", {}, p.seqlen_kv);
   kernel.v = stage<Space, Acc>(in.v, "v", {}, p.seqlen_kv);
-  Kokkos::View<int*, Space> v_row_finite("v_row_finite", p.batch * p.heads_kv * p.seqlen_kv);
+  Kokkos::View<int*, Space> v_row_finite("v_row_finite", extent(p.batch * p.heads_kv * p.seqlen_kv));
   Kokkos::parallel_for("flashcheck::kokkos::finite_rows", Kokkos::RangePolicy<Space>(0, v_row_finite.size()),
                        MarkFiniteRows<Space, Acc>{kernel.v, v_row_finite});
   kernel.v_row_finite = v_row_finite;
   kernel.position = position;
   kernel.len_q = len_q;
   kernel.len_kv = len_kv;
-  kernel.o = typename decltype(kernel)::Tensor("o", p.batch, p.heads_q, nrows, p.head_dim_v);
-  kernel.lse = Kokkos::View<Acc***, Kokkos::LayoutRight, Space>("lse", p.batch, p.heads_q, nrows);
+  kernel.o = typename decltype(kernel)::Tensor("o", extent(p.batch), extent(p.heads_q), extent(nrows),
+                                                        extent(p.head_dim_v));
+  kernel.lse = Kokkos::View<Acc***, Kokkos::LayoutRight, Space>("lse", extent(p.batch), extent(p.heads_q), extent(nrows));
 
   Kokkos::TeamPolicy<Space> policy(kernel.league_size(), static_cast<int>(tiling.team_size));
   const int team_max = policy.team_size_max(kernel, Kokkos::ParallelForTag());
@@ -222,10 +231,10 @@ AttentionRows online_softmax(const Problem& p, const Inputs& in, const RowSet& r
   // O and LSE have AttentionRows' own order ([b][h][r][dv], [b][h][r]).
   if constexpr (std::is_same_v<Acc, double>) {
     Kokkos::deep_copy(Kokkos::View<double****, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
-                          out.o.data(), p.batch, p.heads_q, nrows, p.head_dim_v),
+                          out.o.data(), extent(p.batch), extent(p.heads_q), extent(nrows), extent(p.head_dim_v)),
                       kernel.o);
     Kokkos::deep_copy(Kokkos::View<double***, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
-                          out.lse.data(), p.batch, p.heads_q, nrows),
+                          out.lse.data(), extent(p.batch), extent(p.heads_q), extent(nrows)),
                       kernel.lse);
   } else {
     auto o_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), kernel.o);
@@ -256,7 +265,7 @@ void require_runtime(KokkosSpace space) {
   if (!kokkos_available())
     throw std::runtime_error("the Kokkos reference cannot run here: this Kokkos has CUDA and no GPU is present");
   if (space == KokkosSpace::device && !kokkos_device_available())
-    throw std::runtime_error(fmt::format("the Kokkos reference has no device here ({})", kokkos_description()));
+    throw std::runtime_error("the Kokkos reference has no device here (" + kokkos_description() + ")");
   KokkosRuntime::ensure();
 }
 
@@ -273,13 +282,13 @@ bool kokkos_available() {
 bool kokkos_device_available() { return gpu_present(); }
 
 std::string kokkos_description() {
-  const std::string version =
-      fmt::format("Kokkos {}.{}.{}", KOKKOS_VERSION / 10000, KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100);
+  const std::string version = "Kokkos " + text(KOKKOS_VERSION / 10000) + "." + text(KOKKOS_VERSION / 100 % 100) + "." +
+                              text(KOKKOS_VERSION % 100);
 #ifdef KOKKOS_ENABLE_CUDA
-  return fmt::format("{} (Cuda{}, host {})", version, gpu_present() ? "" : ": no GPU present",
-                     Kokkos::DefaultHostExecutionSpace::name());
+  return version + " (Cuda" + (gpu_present() ? "" : ": no GPU present") + ", host " +
+         Kokkos::DefaultHostExecutionSpace::name() + ")";
 #else
-  return fmt::format("{} ({}, host only)", version, Kokkos::DefaultHostExecutionSpace::name());
+  return version + " (" + Kokkos::DefaultHostExecutionSpace::name() + ", host only)";
 #endif
 }
 
