@@ -18,6 +18,7 @@
 #include "core/values.hpp"
 #include "oracles/blas.hpp"
 #include "oracles/cpu_f64.hpp"
+#include "oracles/kokkos/every_row.hpp"
 #include "oracles/kokkos/kokkos_reference.hpp"
 
 namespace flashcheck::cli {
@@ -108,39 +109,20 @@ int bench_kokkos(const Problem& problem, const BenchOptions& options) {
     if (r > 0) times.push_back(seconds_since(start));
   }
   const double tflops = nominal_flops(problem, rows.size()) / median(times) / 1e12;
-  fmt::print("  every row ({} per head): median {:.3f} s of {} (after a warm-up) -> {:.2f} TFLOP/s{}\n", rows.size(),
+  fmt::print("  every row ({} per head): median {:.3f} s of {} (after a warm-up) -> {:.3g} TFLOP/s{}\n", rows.size(),
              median(times), times.size(), tflops, problem.mask == MaskKind::none ? "" : " (nominal: masked pairs counted)");
 
   const RowSet sample = sample_rows(problem, options.check_rows, 1);
   start = std::chrono::steady_clock::now();
   const AttentionRows oracle = cpu_f64_reference(problem, inputs, sample);
   const double oracle_seconds = seconds_since(start);
-  double error_sq = 0, norm_sq = 0, lse_worst = 0;
-  std::int64_t mismatched_nan = 0;
-  for (std::int64_t b = 0; b < problem.batch; ++b)
-    for (std::int64_t h = 0; h < problem.heads_q; ++h)
-      for (std::int64_t r = 0; r < sample.size(); ++r) {
-        const double lse_want = oracle.lse[oracle.index(b, h, r)], lse_got = reference.lse[reference.index(b, h, sample.rows[r])];
-        if (std::isfinite(lse_want)) lse_worst = std::max(lse_worst, std::fabs(lse_got - lse_want) / (1 + std::fabs(lse_want)));
-        else mismatched_nan += !(lse_got == lse_want || (std::isnan(lse_got) && std::isnan(lse_want)));
-        const double* want = oracle.o_row(b, h, r);
-        const double* got = reference.o_row(b, h, sample.rows[r]);  // all_rows: row r is position r
-        for (std::int64_t c = 0; c < problem.head_dim_v; ++c) {
-          if (std::isnan(want[c]) || std::isnan(got[c])) {
-            mismatched_nan += std::isnan(want[c]) != std::isnan(got[c]);
-            continue;
-          }
-          error_sq += (got[c] - want[c]) * (got[c] - want[c]);
-          norm_sq += want[c] * want[c];
-        }
-      }
-  const double normwise = norm_sq > 0 ? std::sqrt(error_sq / norm_sq) : std::sqrt(error_sq);
-  const bool agree = normwise <= 1e-12 && lse_worst <= 1e-12 && mismatched_nan == 0;
+  const CrossCheck check = cross_check(problem, reference, oracle);
   fmt::print("  cross-check: cpu_f64 on {} sampled rows per head ({:.2f} s): normwise O difference {:.3g}, LSE {:.3g} "
              "(relative to 1 + |LSE|), {} non-finite position(s) differ -> {}\n",
-             sample.size(), oracle_seconds, normwise, lse_worst, mismatched_nan, agree ? "agree" : "DISAGREE");
+             sample.size(), oracle_seconds, check.o_normwise, check.lse_relative, check.nonfinite_mismatches,
+             check.agrees() ? "agree" : "DISAGREE");
   fmt::print("  peak resident memory: {:.0f} MiB\n", peak_rss_mib());
-  return agree ? kExitPass : kExitFail;
+  return check.agrees() ? kExitPass : kExitFail;
 }
 
 int bench(const BenchOptions& options) {

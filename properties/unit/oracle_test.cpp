@@ -11,6 +11,7 @@
 #include "oracles/cpu_f64.hpp"
 #include "oracles/cpu_lowp.hpp"
 #include "oracles/judge.hpp"
+#include "oracles/kokkos/every_row.hpp"
 #include "oracles/kokkos/kokkos_reference.hpp"
 
 namespace flashcheck {
@@ -424,6 +425,33 @@ TEST(KokkosTest, FloatAccumulationFollowsTheTileOrder) {
   EXPECT_LT(error64, 1e-5);
   EXPECT_NE(tile16.o, tile64.o) << "the key tile must change the f32 arithmetic order";
   EXPECT_LT(normwise(kokkos_reference(p, in, all_rows(p), Accumulation::f64, {16, 16}), exact), 1e-14);
+}
+
+TEST(KokkosTest, CrossCheckFindsADifferenceOnASampledRow) {
+  const Problem p = make_problem(1, 2, 2, 40, 40, 8, DType::f32, MaskKind::causal_tl);
+  const Inputs in = generate_inputs(p);
+  const auto every = cpu_f64_reference(p, in, all_rows(p));
+  const RowSet sample{{0, 17, 39}};
+  auto sampled = cpu_f64_reference(p, in, sample);
+  EXPECT_TRUE(cross_check(p, every, sampled).agrees());
+  sampled.o_row(0, 1, 1)[3] += 1e-6;  // row 17 of head 1
+  EXPECT_GT(cross_check(p, every, sampled).o_normwise, 1e-9);
+  EXPECT_FALSE(cross_check(p, every, sampled).agrees());
+  sampled.o_row(0, 1, 1)[3] = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(cross_check(p, every, sampled).nonfinite_mismatches, 1);
+  const RowSet missing{{0, 17}};  // the every-row side lacks a sampled row: never agree
+  EXPECT_FALSE(cross_check(p, cpu_f64_reference(p, in, missing), cpu_f64_reference(p, in, sample)).agrees());
+}
+
+TEST(KokkosTest, DeviceAgreesWithTheHostOnEveryRow) {
+  if (!kokkos_device_available()) GTEST_SKIP() << "no CUDA Kokkos built in, or no GPU";
+  const Problem p = make_problem(2, 4, 2, 300, 517, 128, DType::bf16, MaskKind::causal_br);
+  const Inputs in = generate_inputs(p);
+  const auto device = kokkos_reference(p, in, all_rows(p), Accumulation::f64, {}, KokkosSpace::device);
+  const auto host = kokkos_reference(p, in, all_rows(p), Accumulation::f64, {}, KokkosSpace::host);
+  const auto sampled = cpu_f64_reference(p, in, sample_rows(p, 64, 3));
+  EXPECT_TRUE(cross_check(p, device, sampled).agrees()) << cross_check(p, device, sampled).o_normwise;
+  EXPECT_LT(normwise(device, host), 1e-13);
 }
 
 TEST(KokkosTest, RejectsImpossibleTiles) {
