@@ -349,3 +349,124 @@ struct TiledOnlineSoftmax {
 };
 
 }  // namespace flashcheck::kokkos_attention
+
+namespace flashcheck::kokkos_attention {
+
+// ---- The same-precision baseline: plain attention rounded after each step --
+//
+// The arithmetic of cpu_lowp (oracles/cpu_lowp.hpp), written again for Kokkos:
+// S = round(scale * Q K^T) with each dot product summed in f32 in textbook
+// order (one rounding per product and per addition, never fused), softmax in
+// f32, P = round(softmax), O = round(P V) summed in f32 in key order, LSE =
+// max + log(sum) in f32. One thread per query row; the row's logits are
+// recomputed in each of the three passes (maximum, sum, output) instead of
+// being stored. On Serial it is cpu_lowp's arithmetic operation for operation;
+// on CUDA, expf and logf are CUDA's (within 2 ULP of glibc's), the rest is the
+// same IEEE arithmetic.
+
+/// Products, sums and quotients rounded once each, never contracted into FMAs.
+KOKKOS_INLINE_FUNCTION float multiply_rounded(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;  // host: ISO C++ mode, -ffp-contract=off
+#endif
+}
+KOKKOS_INLINE_FUNCTION float add_rounded(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+KOKKOS_INLINE_FUNCTION float divide_rounded(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+/// x rounded to the working dtype (round to nearest even; f32: unchanged).
+KOKKOS_INLINE_FUNCTION float round_working(StorageCode working, float x) {
+  if (working == StorageCode::f32 || x != x) return x;
+  std::uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  if (working == StorageCode::bf16) {
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    bits &= 0xffff0000u;
+    std::memcpy(&x, &bits, sizeof x);
+    return x;
+  }
+  // f16
+  const float magnitude = x < 0 ? -x : x;
+  const float sign = x < 0 ? -1.0f : 1.0f;
+  if (magnitude >= 65520.0f) {  // at or past the halfway point to 2^16: Inf
+    const std::uint32_t infinity_bits = 0x7f800000u;
+    float infinity;
+    std::memcpy(&infinity, &infinity_bits, sizeof infinity);
+    return sign * infinity;
+  }
+  if (magnitude < 6.103515625e-05f)  // f16 subnormals: multiples of 2^-24; 0.5 + x rounds x to one, exactly
+    return sign * add_rounded(add_rounded(magnitude, 0.5f), -0.5f);
+  std::uint32_t m;
+  std::memcpy(&m, &magnitude, sizeof m);
+  m += 0xfffu + ((m >> 13) & 1u);  // 23 -> 10 mantissa bits, ties to even (a carry moves the exponent)
+  m &= ~0x1fffu;
+  float rounded;
+  std::memcpy(&rounded, &m, sizeof rounded);
+  return sign * rounded;
+}
+
+template <class Space>
+struct PlainRoundedAttention {
+  using Tensor = Kokkos::View<const float****, Kokkos::LayoutRight, Space>;
+  Tensor q, k, v;  // rounded to the working dtype already; q holds the computed rows
+  Kokkos::View<float****, Kokkos::LayoutRight, Space> o;
+  Kokkos::View<float***, Kokkos::LayoutRight, Space> lse;
+  Kokkos::View<const std::int64_t*, Space> position, len_q, len_kv;
+  Kokkos::View<float*, Space> accumulator;  // [row][dv]: each row's f32 sums of P V
+  Geometry g;
+  MaskSpec mask;
+  StorageCode working = StorageCode::f32;
+  float scale = 1, minus_infinity = 0, not_a_number = 0;
+
+  KOKKOS_INLINE_FUNCTION float logit(std::int64_t b, std::int64_t h, std::int64_t hk, std::int64_t r,
+                                     std::int64_t j) const {
+    float dot = 0;
+    for (std::int64_t c = 0; c < g.head_dim; ++c) dot = add_rounded(dot, multiply_rounded(q(b, h, r, c), k(b, hk, j, c)));
+    return round_working(working, multiply_rounded(dot, scale));
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t index) const {
+    const std::int64_t r = index % g.rows, h = index / g.rows % g.heads, b = index / (g.rows * g.heads);
+    const std::int64_t hk = h / g.group, i = position(r), lq = len_q(b), lk = len_kv(b);
+    lse(b, h, r) = minus_infinity;  // padding and fully masked rows: O = 0, LSE = -inf
+    for (std::int64_t c = 0; c < g.head_dim_v; ++c) o(b, h, r, c) = 0;
+    if (i >= lq || lk == 0) return;
+    std::int64_t begin = 0, end = 0;
+    mask.visible_keys(i, lq, lk, begin, end);
+    if (begin == end) return;
+    float maximum = minus_infinity;
+    bool saw_nan = false;
+    for (std::int64_t j = begin; j < end; ++j) {
+      const float s = logit(b, h, hk, r, j);
+      saw_nan = saw_nan || s != s;
+      maximum = maximum < s ? s : maximum;
+    }
+    if (saw_nan) maximum = not_a_number;
+    float sum = 0;
+    for (std::int64_t j = begin; j < end; ++j) sum = add_rounded(sum, exp(add_rounded(logit(b, h, hk, r, j), -maximum)));
+    lse(b, h, r) = add_rounded(maximum, log(sum));
+    float* row = &accumulator(index * g.head_dim_v);
+    for (std::int64_t c = 0; c < g.head_dim_v; ++c) row[c] = 0;
+    for (std::int64_t j = begin; j < end; ++j) {
+      const float weight =
+          round_working(working, divide_rounded(exp(add_rounded(logit(b, h, hk, r, j), -maximum)), sum));
+      for (std::int64_t c = 0; c < g.head_dim_v; ++c) row[c] = add_rounded(row[c], multiply_rounded(weight, v(b, hk, j, c)));
+    }
+    for (std::int64_t c = 0; c < g.head_dim_v; ++c) o(b, h, r, c) = round_working(working, row[c]);
+  }
+};
+
+}  // namespace flashcheck::kokkos_attention

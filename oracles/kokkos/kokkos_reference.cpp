@@ -254,6 +254,75 @@ AttentionRows online_softmax(const Problem& p, const Inputs& in, const RowSet& r
   return out;
 }
 
+// Rounds every element of a float view to the working dtype.
+template <class Space>
+struct RoundToWorking {
+  Kokkos::View<float****, Kokkos::LayoutRight, Space> values;
+  ka::StorageCode working;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t index) const {
+    float* data = values.data();
+    data[index] = ka::round_working(working, data[index]);
+  }
+};
+
+template <class Space>
+AttentionRows plain_rounded(const Problem& p, const Inputs& in, const RowSet& rows, DType working) {
+  const std::int64_t nrows = rows.size();
+  AttentionRows out(p, rows);
+  if (nrows == 0 || p.batch == 0) return out;
+  Kokkos::View<std::int64_t*, Space> position("position", extent(nrows)), len_q("len_q", extent(p.batch)),
+      len_kv("len_kv", extent(p.batch));
+  {
+    auto position_host = Kokkos::create_mirror_view(position);
+    auto len_q_host = Kokkos::create_mirror_view(len_q);
+    auto len_kv_host = Kokkos::create_mirror_view(len_kv);
+    for (std::int64_t r = 0; r < nrows; ++r) position_host(r) = rows.rows[r];
+    for (std::int64_t b = 0; b < p.batch; ++b) {
+      len_q_host(b) = p.len_q(b);
+      len_kv_host(b) = p.len_kv(b);
+    }
+    Kokkos::deep_copy(position, position_host);
+    Kokkos::deep_copy(len_q, len_q_host);
+    Kokkos::deep_copy(len_kv, len_kv_host);
+  }
+  ka::PlainRoundedAttention<Space> kernel;
+  kernel.g = {p.batch, p.heads_q, p.heads_kv, p.group_size(), nrows, p.head_dim, p.head_dim_v, p.seqlen_kv};
+  kernel.mask = mask_spec(p);
+  kernel.working = storage_code(working);
+  kernel.scale = static_cast<float>(p.softmax_scale);
+  kernel.minus_infinity = -std::numeric_limits<float>::infinity();
+  kernel.not_a_number = std::numeric_limits<float>::quiet_NaN();
+  // Inputs in f32 (exact), rounded to the working dtype when it is narrower.
+  auto q = stage<Space, float>(in.q, "q", position, nrows);
+  auto k = stage<Space, float>(in.k, "k", {}, p.seqlen_kv);
+  auto v = stage<Space, float>(in.v, "v", {}, p.seqlen_kv);
+  for (auto* tensor : {&q, &k, &v})
+    Kokkos::parallel_for("flashcheck::kokkos::round_inputs", Kokkos::RangePolicy<Space>(0, tensor->size()),
+                         RoundToWorking<Space>{*tensor, kernel.working});
+  kernel.q = q;
+  kernel.k = k;
+  kernel.v = v;
+  kernel.position = position;
+  kernel.len_q = len_q;
+  kernel.len_kv = len_kv;
+  const std::int64_t row_count = p.batch * p.heads_q * nrows;
+  kernel.accumulator = Kokkos::View<float*, Space>("accumulator", extent(row_count * p.head_dim_v));
+  kernel.o = Kokkos::View<float****, Kokkos::LayoutRight, Space>("o", extent(p.batch), extent(p.heads_q), extent(nrows),
+                                                                 extent(p.head_dim_v));
+  kernel.lse = Kokkos::View<float***, Kokkos::LayoutRight, Space>("lse", extent(p.batch), extent(p.heads_q), extent(nrows));
+  Kokkos::parallel_for("flashcheck::kokkos::plain_rounded", Kokkos::RangePolicy<Space>(0, row_count), kernel);
+  Kokkos::fence();
+  auto o_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), kernel.o);
+  auto lse_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), kernel.lse);
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.heads_q; ++h)
+      for (std::int64_t r = 0; r < nrows; ++r) {
+        out.lse[out.index(b, h, r)] = static_cast<double>(lse_host(b, h, r));
+        for (std::int64_t c = 0; c < p.head_dim_v; ++c) out.o_row(b, h, r)[c] = static_cast<double>(o_host(b, h, r, c));
+      }
+  return out;
+}
+
 template <class Space>
 AttentionRows run_in(const Problem& problem, const Inputs& inputs, const RowSet& rows, Accumulation accumulation,
                      KokkosTiling tiling) {
@@ -298,6 +367,15 @@ KokkosTiling kokkos_fitted_tiling(const Problem& problem, KokkosTiling tiling, K
   if (space == KokkosSpace::device) return fit<Kokkos::Cuda, double>(problem, tiling);
 #endif
   return fit<Kokkos::DefaultHostExecutionSpace, double>(problem, tiling);
+}
+
+AttentionRows kokkos_baseline(const Problem& problem, const Inputs& inputs, const RowSet& rows, DType working,
+                              KokkosSpace space) {
+  require_runtime(space);
+#ifdef KOKKOS_ENABLE_CUDA
+  if (space == KokkosSpace::device) return plain_rounded<Kokkos::Cuda>(problem, inputs, rows, working);
+#endif
+  return plain_rounded<Kokkos::DefaultHostExecutionSpace>(problem, inputs, rows, working);
 }
 
 AttentionRows kokkos_reference(const Problem& problem, const Inputs& inputs, const RowSet& rows,

@@ -62,6 +62,13 @@ AttentionRows kokkos_reference(const Problem& problem, const Inputs& inputs, con
                                Accumulation accumulation, KokkosTiling tiling = {},
                                KokkosSpace space = KokkosSpace::host);
 
+/// The same-precision baseline (cpu_lowp's arithmetic: plain attention in the
+/// `working` dtype, rounded after each step, f32 sums in textbook order) in the
+/// given space: on the GPU it covers every row where cpu_lowp samples. Padding
+/// and fully masked rows are O = 0, LSE = -inf.
+AttentionRows kokkos_baseline(const Problem& problem, const Inputs& inputs, const RowSet& rows, DType working,
+                              KokkosSpace space = KokkosSpace::host);
+
 /// kokkos<double> as an Oracle.
 class KokkosOracle final : public Oracle {
  public:

@@ -17,4 +17,8 @@ AttentionRows kokkos_reference(const Problem&, const Inputs&, const RowSet&, Acc
   throw std::runtime_error("the Kokkos reference is not built: install libtrilinos-kokkos-dev or set Kokkos_ROOT");
 }
 
+AttentionRows kokkos_baseline(const Problem&, const Inputs&, const RowSet&, DType, KokkosSpace) {
+  throw std::runtime_error("the Kokkos baseline is not built: install libtrilinos-kokkos-dev or set Kokkos_ROOT");
+}
+
 }  // namespace flashcheck

@@ -454,6 +454,51 @@ TEST(KokkosTest, DeviceAgreesWithTheHostOnEveryRow) {
   EXPECT_LT(normwise(device, host), 1e-13);
 }
 
+// The Kokkos baseline is cpu_lowp's arithmetic written again: on Serial (the
+// same libm, IEEE f32 without contraction) it must agree bit for bit.
+TEST(KokkosTest, BaselineIsCpuLowpOperationForOperation) {
+  if (!kokkos_available()) GTEST_SKIP() << "Kokkos not built";
+  struct Case {
+    Problem problem;
+    DType working;
+  };
+  Problem varlen = make_problem(2, 4, 2, 37, 45, 24, DType::f16, MaskKind::window);
+  varlen.window_left = 9;
+  varlen.window_right = 3;
+  varlen.lens_q = {37, 5};
+  varlen.lens_kv = {45, 20};
+  varlen.layout = Layout::bshd;
+  const Case cases[] = {
+      {make_problem(1, 2, 2, 64, 80, 32, DType::bf16, MaskKind::causal_br), DType::bf16},
+      {make_problem(1, 2, 1, 50, 50, 16, DType::f32, MaskKind::causal_tl), DType::f32},
+      {make_problem(1, 2, 1, 50, 50, 16, DType::f32, MaskKind::none), DType::bf16},  // a narrower working dtype
+      {varlen, DType::f16},
+  };
+  for (const Case& c : cases) {
+    validate(c.problem);
+    const Inputs in = generate_inputs(c.problem);
+    const auto want = cpu_lowp_rows(c.problem, in, all_rows(c.problem), c.working);
+    const auto got = kokkos_baseline(c.problem, in, all_rows(c.problem), c.working);
+    EXPECT_EQ(got.o, want.o) << to_line(c.problem);
+    EXPECT_EQ(got.lse, want.lse) << to_line(c.problem);
+  }
+}
+
+// On the GPU, expf and logf are CUDA's (within 2 ULP of glibc's): the device
+// baseline is then not bitwise cpu_lowp, but its error against the f64 oracle
+// must be the same size.
+TEST(KokkosTest, DeviceBaselineHasCpuLowpsError) {
+  if (!kokkos_device_available()) GTEST_SKIP() << "no CUDA Kokkos built in, or no GPU";
+  const Problem p = make_problem(1, 4, 2, 256, 300, 64, DType::bf16, MaskKind::causal_br);
+  const Inputs in = generate_inputs(p);
+  const auto exact = cpu_f64_reference(p, in, all_rows(p));
+  const double host = normwise(cpu_lowp_rows(p, in, all_rows(p), DType::bf16), exact);
+  const double device = normwise(kokkos_baseline(p, in, all_rows(p), DType::bf16, KokkosSpace::device), exact);
+  EXPECT_GT(host, 0);
+  EXPECT_GT(device, 0.8 * host);
+  EXPECT_LT(device, 1.25 * host);
+}
+
 TEST(KokkosTest, RejectsImpossibleTiles) {
   if (!kokkos_available()) GTEST_SKIP() << "Kokkos not built";
   const Problem p = make_problem(1, 1, 1, 4, 4, 8, DType::f32);
