@@ -18,6 +18,7 @@
 #include "core/values.hpp"
 #include "oracles/blas.hpp"
 #include "oracles/cpu_f64.hpp"
+#include "oracles/cpu_lowp.hpp"
 #include "oracles/kokkos/every_row.hpp"
 #include "oracles/kokkos/kokkos_reference.hpp"
 
@@ -32,6 +33,7 @@ struct BenchOptions {
   std::string kokkos;        // "", "host" or "device"
   KokkosTiling tiling;
   std::int64_t check_rows = 256;
+  bool baseline = false;  // also time the Kokkos same-precision baseline
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -121,6 +123,18 @@ int bench_kokkos(const Problem& problem, const BenchOptions& options) {
              "(relative to 1 + |LSE|), {} non-finite position(s) differ -> {}\n",
              sample.size(), oracle_seconds, check.o_normwise, check.lse_relative, check.nonfinite_mismatches,
              check.agrees() ? "agree" : "DISAGREE");
+  if (options.baseline) {
+    // The same-precision baseline on every row, and its error on the sampled
+    // rows next to cpu_lowp's (the same arithmetic on the host).
+    start = std::chrono::steady_clock::now();
+    const AttentionRows baseline = kokkos_baseline(problem, inputs, rows, problem.dtype, space);
+    const double baseline_seconds = seconds_since(start);
+    const AttentionRows host_baseline = cpu_lowp_rows(problem, inputs, sample, problem.dtype);
+    const CrossCheck device_error = cross_check(problem, baseline, oracle);
+    const CrossCheck host_error = cross_check(problem, host_baseline, oracle);
+    fmt::print("  baseline ({}) on every row: {:.3f} s; normwise O error on the sampled rows {:.4g} (cpu_lowp: {:.4g})\n",
+               to_string(problem.dtype), baseline_seconds, device_error.o_normwise, host_error.o_normwise);
+  }
   fmt::print("  peak resident memory: {:.0f} MiB\n", peak_rss_mib());
   return check.agrees() ? kExitPass : kExitFail;
 }
@@ -181,6 +195,8 @@ void add_bench_oracle(CLI::App& app, int& exit_code) {
   command->add_option("--key-tile", options->tiling.key_tile, "Kokkos: keys per tile")->capture_default_str();
   command->add_option("--team-size", options->tiling.team_size, "Kokkos: threads per team (0: the space's default)")
       ->capture_default_str();
+  command->add_flag("--baseline", options->baseline,
+                    "Kokkos: also time the same-precision baseline on every row (its error next to cpu_lowp's)");
   command->add_option("--check-rows", options->check_rows, "Kokkos: rows per head cross-checked with cpu_f64")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

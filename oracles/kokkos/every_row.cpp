@@ -1,6 +1,9 @@
 #include "oracles/kokkos/every_row.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "oracles/kokkos/kokkos_reference.hpp"
@@ -47,6 +50,43 @@ std::optional<EveryRowReference> every_row_reference(const Problem& problem, con
   result.rows = kokkos_reference(problem, inputs, all_rows(problem), Accumulation::f64, {}, KokkosSpace::device);
   result.check = cross_check(problem, result.rows, cpu_sampled);
   return result;
+}
+
+bool judge_every_row(CaseResult& result, const Inputs& inputs, const Outputs& subject_outputs,
+                     const AttentionRows& sampled_reference, KokkosSpace space) {
+  const Problem& problem = result.problem;
+  const RowSet every = all_rows(problem);
+  if (!result.ran() || result.rows == every) return false;
+  if (space == KokkosSpace::device ? !kokkos_device_available() : !kokkos_available()) return false;
+  const auto elapsed_ms = [](std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  };
+
+  auto start = std::chrono::steady_clock::now();
+  const AttentionRows reference = kokkos_reference(problem, inputs, every, Accumulation::f64, {}, space);
+  result.oracle_ms += elapsed_ms(start);
+  const CrossCheck check = cross_check(problem, reference, sampled_reference);
+  const std::int64_t sampled = result.rows.size();
+  if (!check.agrees()) {
+    result.verdict.pass = false;
+    result.verdict.rule = fmt::format(
+        "oracles disagree: kokkos_f64 (every row) against cpu_f64 on {} sampled rows: O normwise {:.3g}, LSE {:.3g}, "
+        "{} non-finite position(s) differ (bound 1e-12)",
+        sampled, check.o_normwise, check.lse_relative, check.nonfinite_mismatches);
+    return true;
+  }
+  start = std::chrono::steady_clock::now();
+  const AttentionRows baseline = kokkos_baseline(problem, inputs, every, result.baseline_dtype, space);
+  result.baseline_ms += elapsed_ms(start);
+
+  result.rows = every;
+  result.baseline_metrics = compare(problem, baseline, reference, problem.dtype);
+  const Bounds bounds = rule_bounds(result.baseline_metrics, problem.dtype, result.condition);
+  result.subject_metrics = compare(problem, gather_rows(problem, subject_outputs, every), reference, problem.dtype, bounds);
+  result.verdict = decide(result.subject_metrics, result.baseline_metrics, problem.dtype, result.condition);
+  result.verdict.rule += fmt::format(" [every row: kokkos_f64 and the baseline in Kokkos; cpu_f64 agrees on {} sampled rows]",
+                                     sampled);
+  return true;
 }
 
 }  // namespace flashcheck

@@ -8,6 +8,8 @@
 
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
+#include "oracles/judge.hpp"
+#include "oracles/kokkos/kokkos_reference.hpp"
 
 namespace flashcheck {
 
@@ -36,5 +38,21 @@ struct EveryRowReference {
 /// built in, or no GPU).
 std::optional<EveryRowReference> every_row_reference(const Problem& problem, const Inputs& inputs,
                                                      const AttentionRows& cpu_sampled);
+
+/// Judges a case again on every query row, where the judge checked a sample:
+/// kokkos_f64 is the reference and kokkos_baseline the same-precision baseline,
+/// both in `space` (the GPU in production; the host runs the same code, for
+/// tests), and cpu_f64's sampled rows (`sampled_reference`, the judge's
+/// reference) must agree with kokkos_f64 on those rows, or the case fails with
+/// a rule that says the oracles disagree. The logit conditioning of the floor
+/// stays the sample's (cpu_f64 computes it). Returns false, leaving `result`
+/// as it was, where the sample already was every row, the case did not run,
+/// or `space` cannot run here (KokkosSpace::device without a CUDA Kokkos or a GPU).
+///
+/// The judge's hook (JudgeOptions::every_row_on_device, left to the lead):
+/// in judge(), after the verdict on the sample and with the subject's outputs
+/// still at hand, `judge_every_row(result, inputs, run.outputs, reference)`.
+bool judge_every_row(CaseResult& result, const Inputs& inputs, const Outputs& subject_outputs,
+                     const AttentionRows& sampled_reference, KokkosSpace space = KokkosSpace::device);
 
 }  // namespace flashcheck

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -497,6 +498,46 @@ TEST(KokkosTest, DeviceBaselineHasCpuLowpsError) {
   EXPECT_GT(host, 0);
   EXPECT_GT(device, 0.8 * host);
   EXPECT_LT(device, 1.25 * host);
+}
+
+// The every-row judge (the GPU path, here on Serial: the same code): a row the
+// judge's sample left out is judged, and a damage there is caught.
+TEST(KokkosTest, EveryRowJudgeCatchesARowTheSampleLeftOut) {
+  if (!kokkos_available()) GTEST_SKIP() << "Kokkos not built";
+  const Problem p = parse_problem("b=1 hq=2 hkv=1 sq=300 skv=320 d=32 dtype=bf16 mask=causal_br values=normal(0.5,1)");
+  const Inputs in = generate_inputs(p);
+  CpuLowp lowp;
+  JudgeOptions options;
+  options.max_rows = 16;
+  options.keep_outputs = true;
+  const CaseResult sampled = judge(lowp, p, in, options);
+  ASSERT_TRUE(sampled.passed()) << sampled.verdict.rule;
+  ASSERT_LT(sampled.rows.size(), p.seqlen_q);
+
+  CaseResult every = sampled;
+  ASSERT_TRUE(judge_every_row(every, in, sampled.outputs, sampled.reference, KokkosSpace::host));
+  EXPECT_EQ(every.rows, all_rows(p));
+  EXPECT_TRUE(every.passed()) << every.verdict.rule;
+  EXPECT_EQ(every.subject_metrics.o.errors.count, p.heads_q * p.seqlen_q * p.head_dim_v);
+  EXPECT_NE(every.verdict.rule.find("every row"), std::string::npos) << every.verdict.rule;
+
+  std::int64_t unsampled = 0;  // a row the sample does not hold
+  while (std::find(sampled.rows.rows.begin(), sampled.rows.rows.end(), unsampled) != sampled.rows.rows.end()) ++unsampled;
+  Outputs damaged = sampled.outputs;
+  for (std::int64_t c = 0; c < p.head_dim_v; ++c) damaged.o.set(0, 1, unsampled, c, damaged.o.get(0, 1, unsampled, c) * 1.05);
+  CaseResult caught = sampled;
+  ASSERT_TRUE(judge_every_row(caught, in, damaged, sampled.reference, KokkosSpace::host));
+  EXPECT_FALSE(caught.passed()) << "row " << unsampled << " damaged: " << caught.verdict.rule;
+
+  AttentionRows wrong_oracle = sampled.reference;
+  wrong_oracle.o[5] += 1e-3;
+  CaseResult disagreement = sampled;
+  ASSERT_TRUE(judge_every_row(disagreement, in, sampled.outputs, wrong_oracle, KokkosSpace::host));
+  EXPECT_FALSE(disagreement.passed());
+  EXPECT_NE(disagreement.verdict.rule.find("oracles disagree"), std::string::npos) << disagreement.verdict.rule;
+
+  CaseResult unchanged = every;  // already every row: nothing to do
+  EXPECT_FALSE(judge_every_row(unchanged, in, sampled.outputs, every.reference, KokkosSpace::host));
 }
 
 TEST(KokkosTest, RejectsImpossibleTiles) {
