@@ -1,10 +1,14 @@
 // bench-oracle: cpu_f64 throughput next to the plain dgemm rate of the same
-// machine, measured in the same run, and the peak resident memory.
+// machine, measured in the same run, and the peak resident memory. With
+// --kokkos host|device: the Kokkos reference instead (on a GPU where a CUDA
+// Kokkos is built in), every row timed end to end (inputs staged and decoded,
+// the kernel, O and LSE copied back), then checked against cpu_f64 on sampled rows.
 #include <fmt/core.h>
 #include <omp.h>
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <memory>
 #include <vector>
@@ -14,6 +18,9 @@
 #include "core/values.hpp"
 #include "oracles/blas.hpp"
 #include "oracles/cpu_f64.hpp"
+#include "oracles/cpu_lowp.hpp"
+#include "oracles/kokkos/every_row.hpp"
+#include "oracles/kokkos/kokkos_reference.hpp"
 
 namespace flashcheck::cli {
 namespace {
@@ -22,6 +29,11 @@ struct BenchOptions {
   std::int64_t batch = 1, heads = 16, seqlen = 4096, head_dim = 128, rows = 0;
   int repeats = 3;
   std::string dtype = "bf16";
+  std::string problem_line;  // overrides the shape options
+  std::string kokkos;        // "", "host" or "device"
+  KokkosTiling tiling;
+  std::int64_t check_rows = 256;
+  bool baseline = false;  // also time the Kokkos same-precision baseline
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -70,12 +82,75 @@ double dgemm_gflops(int repeats) {
   return 2.0 * n * n * n * threads / median(times) / 1e9;
 }
 
+// The two products: 2*d FLOPs per (query, key) pair each for Q K^T and P V
+// (masked pairs included: a nominal count).
+double nominal_flops(const Problem& problem, std::int64_t rows) {
+  return 2.0 * problem.batch * problem.heads_q * static_cast<double>(rows) * problem.seqlen_kv *
+         (problem.head_dim + problem.head_dim_v);
+}
+
+// The Kokkos reference on every row, timed end to end; its first run (Kokkos
+// and CUDA start-up) is a warm-up. Then cpu_f64 on sampled rows must agree to
+// f64 rounding (the triangulation property's 1e-12 normwise).
+int bench_kokkos(const Problem& problem, const BenchOptions& options) {
+  const KokkosSpace space = options.kokkos == "device" ? KokkosSpace::device : KokkosSpace::host;
+  const KokkosTiling tiling = kokkos_fitted_tiling(problem, options.tiling, space);
+  fmt::print("bench-oracle: kokkos_f64 on the {} ({}), problem {}\n", options.kokkos, kokkos_description(),
+             to_line(problem));
+  fmt::print("  tiling: {} query rows per team, {} keys per tile, {} threads per team\n", tiling.rows_per_team,
+             tiling.key_tile, tiling.team_size);
+  auto start = std::chrono::steady_clock::now();
+  const Inputs inputs = generate_inputs(problem);
+  fmt::print("  inputs generated in {:.2f} s\n", seconds_since(start));
+  const RowSet rows = all_rows(problem);
+  AttentionRows reference;
+  std::vector<double> times;
+  for (int r = 0; r < options.repeats + 1; ++r) {
+    start = std::chrono::steady_clock::now();
+    reference = kokkos_reference(problem, inputs, rows, Accumulation::f64, tiling, space);
+    if (r > 0) times.push_back(seconds_since(start));
+  }
+  const double tflops = nominal_flops(problem, rows.size()) / median(times) / 1e12;
+  fmt::print("  every row ({} per head): median {:.3f} s of {} (after a warm-up) -> {:.3g} TFLOP/s{}\n", rows.size(),
+             median(times), times.size(), tflops, problem.mask == MaskKind::none ? "" : " (nominal: masked pairs counted)");
+
+  const RowSet sample = sample_rows(problem, options.check_rows, 1);
+  start = std::chrono::steady_clock::now();
+  const AttentionRows oracle = cpu_f64_reference(problem, inputs, sample);
+  const double oracle_seconds = seconds_since(start);
+  const CrossCheck check = cross_check(problem, reference, oracle);
+  fmt::print("  cross-check: cpu_f64 on {} sampled rows per head ({:.2f} s): normwise O difference {:.3g}, LSE {:.3g} "
+             "(relative to 1 + |LSE|), {} non-finite position(s) differ -> {}\n",
+             sample.size(), oracle_seconds, check.o_normwise, check.lse_relative, check.nonfinite_mismatches,
+             check.agrees() ? "agree" : "DISAGREE");
+  if (options.baseline) {
+    // The same-precision baseline on every row, and its error on the sampled
+    // rows next to cpu_lowp's (the same arithmetic on the host).
+    start = std::chrono::steady_clock::now();
+    const AttentionRows baseline = kokkos_baseline(problem, inputs, rows, problem.dtype, space);
+    const double baseline_seconds = seconds_since(start);
+    const AttentionRows host_baseline = cpu_lowp_rows(problem, inputs, sample, problem.dtype);
+    const CrossCheck device_error = cross_check(problem, baseline, oracle);
+    const CrossCheck host_error = cross_check(problem, host_baseline, oracle);
+    fmt::print("  baseline ({}) on every row: {:.3f} s; normwise O error on the sampled rows {:.4g} (cpu_lowp: {:.4g})\n",
+               to_string(problem.dtype), baseline_seconds, device_error.o_normwise, host_error.o_normwise);
+  }
+  fmt::print("  peak resident memory: {:.0f} MiB\n", peak_rss_mib());
+  return check.agrees() ? kExitPass : kExitFail;
+}
+
 int bench(const BenchOptions& options) {
-  auto dtype = parse_dtype(options.dtype);
-  if (!dtype) throw std::runtime_error(fmt::format("unknown dtype '{}'", options.dtype));
-  Problem problem = make_problem(options.batch, options.heads, options.heads, options.seqlen, options.seqlen,
-                                 options.head_dim, *dtype);
+  Problem problem;
+  if (!options.problem_line.empty()) {
+    problem = parse_problem(options.problem_line);
+  } else {
+    auto dtype = parse_dtype(options.dtype);
+    if (!dtype) throw std::runtime_error(fmt::format("unknown dtype '{}'", options.dtype));
+    problem = make_problem(options.batch, options.heads, options.heads, options.seqlen, options.seqlen,
+                           options.head_dim, *dtype);
+  }
   validate(problem);
+  if (!options.kokkos.empty()) return bench_kokkos(problem, options);
   fmt::print("bench-oracle: {} threads, problem {}\n", omp_get_max_threads(), to_line(problem));
   const double dgemm = dgemm_gflops(options.repeats);
   fmt::print("  dgemm (OpenBLAS single-threaded per thread, n=1024): {:.1f} GFLOP/s\n", dgemm);
@@ -91,10 +166,7 @@ int bench(const BenchOptions& options) {
     times.push_back(seconds_since(start));
     if (reference.o.empty() && rows.size() > 0) throw std::runtime_error("oracle produced nothing");
   }
-  // The two products: 2*d FLOPs per (query, key) pair each for Q K^T and P V.
-  const double flops = 4.0 * problem.batch * problem.heads_q * static_cast<double>(rows.size()) * problem.seqlen_kv *
-                       problem.head_dim;
-  const double oracle = flops / median(times) / 1e9;
+  const double oracle = nominal_flops(problem, rows.size()) / median(times) / 1e9;
   fmt::print("  cpu_f64 on {} row(s) per head: median {:.3f} s of {} -> {:.1f} GFLOP/s = {:.0f}% of dgemm\n",
              rows.size(), median(times), times.size(), oracle, 100.0 * oracle / dgemm);
   fmt::print("  peak resident memory: {:.0f} MiB\n", peak_rss_mib());
@@ -105,7 +177,8 @@ int bench(const BenchOptions& options) {
 
 void add_bench_oracle(CLI::App& app, int& exit_code) {
   auto options = std::make_shared<BenchOptions>();
-  auto* command = app.add_subcommand("bench-oracle", "Time the f64 oracle against the machine's dgemm rate");
+  auto* command = app.add_subcommand(
+      "bench-oracle", "Time the f64 oracle against the machine's dgemm rate, or the Kokkos reference (--kokkos)");
   command->add_option("-b,--batch", options->batch)->capture_default_str();
   command->add_option("--heads", options->heads)->capture_default_str();
   command->add_option("-n,--seqlen", options->seqlen, "seqlen_q = seqlen_kv")->capture_default_str();
@@ -113,6 +186,20 @@ void add_bench_oracle(CLI::App& app, int& exit_code) {
   command->add_option("--rows", options->rows, "Sampled query rows per head (0: all)")->capture_default_str();
   command->add_option("--repeats", options->repeats)->check(CLI::Range(1, 100))->capture_default_str();
   command->add_option("--dtype", options->dtype)->capture_default_str();
+  command->add_option("-p,--problem", options->problem_line, "A problem line (instead of the shape options)");
+  command->add_option("--kokkos", options->kokkos,
+                      "Time the Kokkos reference on every row instead, on the host or the device (a GPU)")
+      ->check(CLI::IsMember({"host", "device"}));
+  command->add_option("--rows-per-team", options->tiling.rows_per_team, "Kokkos: query rows per team")
+      ->capture_default_str();
+  command->add_option("--key-tile", options->tiling.key_tile, "Kokkos: keys per tile")->capture_default_str();
+  command->add_option("--team-size", options->tiling.team_size, "Kokkos: threads per team (0: the space's default)")
+      ->capture_default_str();
+  command->add_flag("--baseline", options->baseline,
+                    "Kokkos: also time the same-precision baseline on every row (its error next to cpu_lowp's)");
+  command->add_option("--check-rows", options->check_rows, "Kokkos: rows per head cross-checked with cpu_f64")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   command->callback([options, &exit_code] { exit_code = bench(*options); });
 }
 

@@ -65,6 +65,33 @@ FLASHCHECK_PROP_IF(kokkos_available(), "Kokkos not built: install libtrilinos-ko
   }
 }
 
+// The same reference on the GPU (a CUDA Kokkos, kokkos_attention.hpp
+// instantiated for Kokkos::Cuda): it must agree with cpu_f64 exactly as the
+// Serial instantiation does, with the GPU's team sizes. SKIPPED without a CUDA
+// Kokkos or a GPU (docs/kokkos-cuda.md).
+FLASHCHECK_PROP_IF(kokkos_device_available(), "no CUDA Kokkos built in, or no GPU", Triangulation,
+                   DeviceKokkosAgreesWithCpuF64ToOneInATrillion, ()) {
+  const Problem p = *gen_problem({});
+  RC_CLASSIFY(true, to_string(p.mask));
+  const Inputs in = generate_inputs(p);
+  const RowSet rows = all_rows(p);
+  const AttentionRows a = cpu_f64_reference(p, in, rows);
+  const KokkosTiling tiling{*rc::gen::inRange<std::int64_t>(1, 65), *rc::gen::element<std::int64_t>(1, 7, 16, 32, 64),
+                            *rc::gen::element<std::int64_t>(0, 32, 96)};
+  const AttentionRows b = kokkos_reference(p, in, rows, Accumulation::f64, tiling, KokkosSpace::device);
+  const double error = normwise(b, a);
+  RC_CLASSIFY(true, decade(error));
+  RC_ASSERT(error <= 1e-12);
+  for (std::size_t i = 0; i < a.lse.size(); ++i) {
+    if (std::isnan(a.lse[i]) || std::isinf(a.lse[i])) {
+      RC_ASSERT(std::isnan(a.lse[i]) == std::isnan(b.lse[i]));
+      if (!std::isnan(a.lse[i])) RC_ASSERT(a.lse[i] == b.lse[i]);
+      continue;
+    }
+    RC_ASSERT(std::fabs(a.lse[i] - b.lse[i]) <= 1e-12 * (1 + std::fabs(a.lse[i])));
+  }
+}
+
 // The bound on an f64 oracle's O error against exact attention, per element,
 // first order in u (Higham, Accuracy and Stability of Numerical Algorithms,
 // 2nd ed., eq. 3.5 for the dot products, §4.2 for the sums), for a row with n

@@ -1,16 +1,27 @@
+// The Kokkos reference's host side: the runtime, the inputs staged in the
+// execution space's memory (raw storage copied, then decoded there), the
+// kernel of kokkos_attention.hpp launched on the space asked for, and the
+// results copied back.
 #include "oracles/kokkos/kokkos_reference.hpp"
 
 #include <Kokkos_Core.hpp>
-#include <Kokkos_MathematicalFunctions.hpp>
-#include <fmt/format.h>
-
 #include <limits>
-#include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <string>
+
+#include "oracles/kokkos/kokkos_attention.hpp"
 
 namespace flashcheck {
 namespace {
+
+namespace ka = kokkos_attention;
+
+// View extents as size_t: Kokkos 4's mdspan-based View rejects signed extents under nvcc.
+std::size_t extent(std::int64_t n) { return static_cast<std::size_t>(n); }
+
+// (No fmt here: its compile-time format strings do not compile under nvcc.)
+std::string text(std::int64_t n) { return std::to_string(n); }
 
 // Kokkos is initialised once per process, on first use, and finalised at exit.
 class KokkosRuntime {
@@ -19,9 +30,15 @@ class KokkosRuntime {
     static std::once_flag once;
     std::call_once(once, [] {
       if (!Kokkos::is_initialized()) {
+#if KOKKOS_VERSION >= 30700
+        Kokkos::InitializationSettings settings;
+        settings.set_disable_warnings(true);
+        Kokkos::initialize(settings);
+#else
         Kokkos::InitArguments arguments;
         arguments.disable_warnings = true;
         Kokkos::initialize(arguments);
+#endif
         static KokkosRuntime guard;  // destroyed at exit: finalises
       }
     });
@@ -34,183 +51,340 @@ class KokkosRuntime {
   KokkosRuntime() = default;
 };
 
-// The masks, read from the Problem spec (this reference's own code): with lq
-// queries and lk keys, query i sees key j when this returns true.
-struct MaskRule {
-  int kind;  // MaskKind as an int (device-copyable)
-  std::int64_t left, right;
+bool gpu_present() {
+#ifdef KOKKOS_ENABLE_CUDA
+  int devices = 0;
+  return cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+#else
+  return false;
+#endif
+}
 
-  KOKKOS_INLINE_FUNCTION bool sees(std::int64_t i, std::int64_t j, std::int64_t lq, std::int64_t lk) const {
-    const std::int64_t diagonal = i + lk - lq;
-    switch (kind) {
-      case static_cast<int>(MaskKind::causal_tl): return j <= i;
-      case static_cast<int>(MaskKind::causal_br): return j <= diagonal;
-      case static_cast<int>(MaskKind::window):
-        return (left < 0 || j >= diagonal - left) && (right < 0 || j <= diagonal + right);
-      default: return true;
-    }
+ka::MaskSpec mask_spec(const Problem& p) {
+  ka::MaskSpec mask;
+  switch (p.mask) {
+    case MaskKind::none: mask.kind = ka::MaskCode::none; break;
+    case MaskKind::causal_tl: mask.kind = ka::MaskCode::causal_tl; break;
+    case MaskKind::causal_br: mask.kind = ka::MaskCode::causal_br; break;
+    case MaskKind::window: mask.kind = ka::MaskCode::window; break;
+  }
+  mask.left = p.window_left;
+  mask.right = p.window_right;
+  return mask;
+}
+
+ka::StorageCode storage_code(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return ka::StorageCode::f32;
+    case DType::f16: return ka::StorageCode::f16;
+    case DType::bf16: return ka::StorageCode::bf16;
+  }
+  throw std::invalid_argument("Kokkos reference: unknown storage dtype");
+}
+
+// Decodes a raw [batch, heads, seq, dim] tensor (bhsd or bshd, f32 or 16-bit
+// bits) into `out` [batch][heads][rows][dim], row r taken from position(r)
+// (every position when `position` is empty).
+template <class Space, class Acc>
+struct DecodeTensor {
+  Kokkos::View<Acc****, Kokkos::LayoutRight, Space> out;
+  Kokkos::View<const std::uint16_t*, Space> half_bits;
+  Kokkos::View<const float*, Space> single;
+  Kokkos::View<const std::int64_t*, Space> position;
+  ka::StorageCode code;
+  bool bshd;
+  std::int64_t heads, seqlen, dim;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t index) const {
+    const std::int64_t rows = out.extent(2);
+    const std::int64_t c = index % dim, r = index / dim % rows, h = index / (dim * rows) % heads,
+                       b = index / (dim * rows * heads);
+    const std::int64_t s = position.extent(0) > 0 ? position(r) : r;
+    const std::int64_t at = bshd ? ((b * seqlen + s) * heads + h) * dim + c : ((b * heads + h) * seqlen + s) * dim + c;
+    const double value = code == ka::StorageCode::f32 ? static_cast<double>(single(at))
+                                                      : ka::decode_half(code, half_bits(at));
+    out(b, h, r, c) = static_cast<Acc>(value);
   }
 };
 
-// Keys a tile may hold at most (the per-row logit buffer lives in registers or
-// local memory on a GPU).
-constexpr std::int64_t kMaxKeyTile = 1024;
+// Per (batch, kv head, key): whether that V row is all finite.
+template <class Space, class Acc>
+struct MarkFiniteRows {
+  Kokkos::View<const Acc****, Kokkos::LayoutRight, Space> v;
+  Kokkos::View<int*, Space> finite;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t index) const {
+    const std::int64_t keys = v.extent(2), heads = v.extent(1);
+    const std::int64_t j = index % keys, hk = index / keys % heads, b = index / (keys * heads);
+    int all = 1;
+    for (std::size_t c = 0; c < v.extent(3); ++c) {
+      const Acc x = v(b, hk, j, c);
+      all = all && (x - x == x - x);  // false for NaN and +-Inf
+    }
+    finite(index) = all;
+  }
+};
 
-template <typename Acc>
-AttentionRows online_softmax(const Problem& p, const Inputs& in, const RowSet& rows, KokkosTiling tiling) {
-  using Space = Kokkos::DefaultExecutionSpace;
-  using Team = Kokkos::TeamPolicy<Space>::member_type;
-  using Kokkos::Experimental::exp;
-  using Kokkos::Experimental::log;
+// A host tensor's storage in the space's memory, decoded to Acc.
+template <class Space, class Acc>
+Kokkos::View<Acc****, Kokkos::LayoutRight, Space> stage(const HostTensor& tensor, const char* label,
+                                                        Kokkos::View<const std::int64_t*, Space> position,
+                                                        std::int64_t rows) {
+  Kokkos::View<Acc****, Kokkos::LayoutRight, Space> out(std::string(label), extent(tensor.batch()), extent(tensor.heads()), extent(rows),
+                                                        extent(tensor.dim()));
+  DecodeTensor<Space, Acc> decode{out, {}, {}, position, storage_code(tensor.dtype()), tensor.layout() == Layout::bshd,
+                                  tensor.heads(), tensor.seqlen(), tensor.dim()};
+  const auto elements = static_cast<std::size_t>(tensor.size());
+  if (tensor.dtype() == DType::f32) {
+    Kokkos::View<float*, Space> raw("raw", elements);
+    Kokkos::deep_copy(raw, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                               static_cast<const float*>(tensor.data()), elements));
+    decode.single = raw;
+  } else {
+    Kokkos::View<std::uint16_t*, Space> raw("raw", elements);
+    Kokkos::deep_copy(raw, Kokkos::View<const std::uint16_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                               static_cast<const std::uint16_t*>(tensor.data()), elements));
+    decode.half_bits = raw;
+  }
+  Kokkos::parallel_for("flashcheck::kokkos::decode", Kokkos::RangePolicy<Space>(0, out.size()), decode);
+  return out;
+}
 
-  const std::int64_t batch = p.batch, heads = p.heads_q, heads_kv = p.heads_kv, group = p.group_size();
-  const std::int64_t nrows = rows.size(), d = p.head_dim, dv = p.head_dim_v, skv = p.seqlen_kv;
-  const std::int64_t key_tile = tiling.key_tile, rows_per_team = tiling.rows_per_team;
+constexpr std::int64_t kMaxTile = 1024;
+constexpr std::int64_t kGpuTeamSize = 128;
 
-  // Inputs on the execution space's memory: the sampled query rows only.
-  Kokkos::View<Acc****, Kokkos::LayoutRight, Space> q("q", batch, heads, nrows, d);
-  Kokkos::View<Acc****, Kokkos::LayoutRight, Space> k("k", batch, heads_kv, skv, d);
-  Kokkos::View<Acc****, Kokkos::LayoutRight, Space> v("v", batch, heads_kv, skv, dv);
-  Kokkos::View<Acc****, Kokkos::LayoutRight, Space> o("o", batch, heads, nrows, dv);
-  Kokkos::View<Acc***, Kokkos::LayoutRight, Space> lse("lse", batch, heads, nrows);
-  Kokkos::View<std::int64_t*, Space> position("position", nrows);
-  Kokkos::View<std::int64_t*, Space> len_q("len_q", batch), len_kv("len_kv", batch);
+template <class Space, class Acc>
+ka::TiledOnlineSoftmax<Space, Acc> make_kernel(const Problem& p, std::int64_t rows, KokkosTiling tiling) {
+  ka::TiledOnlineSoftmax<Space, Acc> kernel;
+  kernel.g = {p.batch, p.heads_q, p.heads_kv, p.group_size(), rows, p.head_dim, p.head_dim_v, p.seqlen_kv};
+  kernel.mask = mask_spec(p);
+  kernel.scale = static_cast<Acc>(p.softmax_scale);
+  kernel.minus_infinity = -std::numeric_limits<Acc>::infinity();
+  kernel.not_a_number = std::numeric_limits<Acc>::quiet_NaN();
+  kernel.rows_per_team = tiling.rows_per_team;
+  kernel.key_tile = tiling.key_tile;
+  kernel.prepare();
+  return kernel;
+}
+
+template <class Space, class Acc>
+KokkosTiling fit(const Problem& p, KokkosTiling tiling) {
+  if (tiling.rows_per_team < 1 || tiling.rows_per_team > kMaxTile || tiling.key_tile < 1 ||
+      tiling.key_tile > kMaxTile || tiling.team_size < 0)
+    throw std::invalid_argument(
+        "Kokkos tiling: rows_per_team and key_tile must be in [1, " + text(kMaxTile) + "], team_size >= 0");
+  if (tiling.team_size == 0) tiling.team_size = std::is_same_v<Space, Kokkos::DefaultHostExecutionSpace> ? 1 : kGpuTeamSize;
+  const auto limit = static_cast<std::size_t>(Kokkos::TeamPolicy<Space>::scratch_size_max(0));
+  while (make_kernel<Space, Acc>(p, 1, tiling).scratch_bytes() > limit) {
+    if (tiling.rows_per_team > 4) tiling.rows_per_team /= 2;
+    else if (tiling.key_tile > 4) tiling.key_tile /= 2;
+    else throw std::invalid_argument("Kokkos tiling: no tile fits the team scratch (" + text(static_cast<std::int64_t>(limit)) +
+                                     " bytes)");
+  }
+  return tiling;
+}
+
+template <class Space, class Acc>
+AttentionRows online_softmax(const Problem& p, const Inputs& in, const RowSet& rows, KokkosTiling requested) {
+  const KokkosTiling tiling = fit<Space, Acc>(p, requested);
+  const std::int64_t nrows = rows.size();
+  AttentionRows out(p, rows);
+  if (nrows == 0 || p.batch == 0) return out;
+
+  Kokkos::View<std::int64_t*, Space> position("position", extent(nrows)), len_q("len_q", extent(p.batch)),
+      len_kv("len_kv", extent(p.batch));
   {
-    auto q_host = Kokkos::create_mirror_view(q);
-    auto k_host = Kokkos::create_mirror_view(k);
-    auto v_host = Kokkos::create_mirror_view(v);
     auto position_host = Kokkos::create_mirror_view(position);
     auto len_q_host = Kokkos::create_mirror_view(len_q);
     auto len_kv_host = Kokkos::create_mirror_view(len_kv);
-    for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t r = 0; r < nrows; ++r) position_host(r) = rows.rows[r];
+    for (std::int64_t b = 0; b < p.batch; ++b) {
       len_q_host(b) = p.len_q(b);
       len_kv_host(b) = p.len_kv(b);
-      for (std::int64_t h = 0; h < heads; ++h)
-        for (std::int64_t r = 0; r < nrows; ++r)
-          for (std::int64_t c = 0; c < d; ++c) q_host(b, h, r, c) = static_cast<Acc>(in.q.get(b, h, rows.rows[r], c));
-      for (std::int64_t h = 0; h < heads_kv; ++h)
-        for (std::int64_t j = 0; j < skv; ++j) {
-          for (std::int64_t c = 0; c < d; ++c) k_host(b, h, j, c) = static_cast<Acc>(in.k.get(b, h, j, c));
-          for (std::int64_t c = 0; c < dv; ++c) v_host(b, h, j, c) = static_cast<Acc>(in.v.get(b, h, j, c));
-        }
     }
-    for (std::int64_t r = 0; r < nrows; ++r) position_host(r) = rows.rows[r];
-    Kokkos::deep_copy(q, q_host);
-    Kokkos::deep_copy(k, k_host);
-    Kokkos::deep_copy(v, v_host);
     Kokkos::deep_copy(position, position_host);
     Kokkos::deep_copy(len_q, len_q_host);
     Kokkos::deep_copy(len_kv, len_kv_host);
   }
 
-  const MaskRule mask{static_cast<int>(p.mask), p.window_left, p.window_right};
-  const Acc scale = static_cast<Acc>(p.softmax_scale);
-  const Acc minus_infinity = -std::numeric_limits<Acc>::infinity();
-  const Acc not_a_number = std::numeric_limits<Acc>::quiet_NaN();
-  const std::int64_t row_tiles = (nrows + rows_per_team - 1) / rows_per_team;
+  auto kernel = make_kernel<Space, Acc>(p, nrows, tiling);
+  kernel.q = stage<Space, Acc>(in.q, "q", position, nrows);
+  kernel.k = stage<Space, Acc>(in.k, "k", {}, p.seqlen_kv);
+  kernel.v = stage<Space, Acc>(in.v, "v", {}, p.seqlen_kv);
+  Kokkos::View<int*, Space> v_row_finite("v_row_finite", extent(p.batch * p.heads_kv * p.seqlen_kv));
+  Kokkos::parallel_for("flashcheck::kokkos::finite_rows", Kokkos::RangePolicy<Space>(0, v_row_finite.size()),
+                       MarkFiniteRows<Space, Acc>{kernel.v, v_row_finite});
+  kernel.v_row_finite = v_row_finite;
+  kernel.position = position;
+  kernel.len_q = len_q;
+  kernel.len_kv = len_kv;
+  kernel.o = typename decltype(kernel)::Tensor("o", extent(p.batch), extent(p.heads_q), extent(nrows),
+                                                        extent(p.head_dim_v));
+  kernel.lse = Kokkos::View<Acc***, Kokkos::LayoutRight, Space>("lse", extent(p.batch), extent(p.heads_q), extent(nrows));
 
-  // One team per (batch, head, tile of query rows); a thread per query row; the
-  // vector lanes of a thread share each dot product.
-  Kokkos::parallel_for(
-      "flashcheck::kokkos::online_softmax", Kokkos::TeamPolicy<Space>(batch * heads * row_tiles, Kokkos::AUTO),
-      KOKKOS_LAMBDA(const Team& team) {
-        const std::int64_t tile = team.league_rank() % row_tiles;
-        const std::int64_t h = (team.league_rank() / row_tiles) % heads;
-        const std::int64_t b = team.league_rank() / (row_tiles * heads);
-        const std::int64_t hk = h / group;
-        const std::int64_t first_row = tile * rows_per_team;
-        const std::int64_t last_row = first_row + rows_per_team < nrows ? first_row + rows_per_team : nrows;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, first_row, last_row), [&](const std::int64_t r) {
-          const std::int64_t i = position(r), lq = len_q(b), lk = len_kv(b);
-          if (i >= lq) return;  // padding: left 0 / -inf
-          Acc running_max = minus_infinity, running_sum = 0;
-          bool saw_key = false;
-          Acc logits[kMaxKeyTile];
-          for (std::int64_t j = 0; j < dv; ++j) o(b, h, r, j) = 0;
-          for (std::int64_t tile_start = 0; tile_start < lk; tile_start += key_tile) {
-            const std::int64_t tile_end = tile_start + key_tile < lk ? tile_start + key_tile : lk;
-            // Logits of this tile and their maximum (NaN-propagating).
-            Acc tile_max = minus_infinity;
-            bool tile_seen = false, tile_nan = false;
-            for (std::int64_t j = tile_start; j < tile_end; ++j) {
-              if (!mask.sees(i, j, lq, lk)) continue;
-              Acc dot = 0;
-              Kokkos::parallel_reduce(
-                  Kokkos::ThreadVectorRange(team, d),
-                  [&](const std::int64_t c, Acc& partial) { partial += q(b, h, r, c) * k(b, hk, j, c); }, dot);
-              const Acc logit = scale * dot;
-              logits[j - tile_start] = logit;
-              tile_seen = true;
-              if (logit != logit) tile_nan = true;
-              else if (logit > tile_max) tile_max = logit;
-            }
-            if (!tile_seen) continue;  // tile entirely masked: skipped, as kernels do
-            if (tile_nan) tile_max = not_a_number;
-            const Acc new_max = running_max > tile_max ? running_max : tile_max;
-            const Acc grown = tile_nan || running_max != running_max ? not_a_number : new_max;
-            // While every logit seen is -inf the maximum is -inf, and exp(-inf - -inf)
-            // would be NaN: subtract 0 instead, so such keys weigh exactly 0, as in
-            // the plain formula with the row's true maximum (FlashAttention's
-            // Check_inf rule). A row whose visible logits are all -inf is NaN below.
-            const Acc subtrahend = grown == minus_infinity ? Acc(0) : grown;
-            // Rescale what was accumulated under the old maximum.
-            const Acc correction = saw_key ? exp(running_max - subtrahend) : Acc(0);
-            running_sum *= correction;
-            for (std::int64_t c = 0; c < dv; ++c) o(b, h, r, c) *= correction;
-            for (std::int64_t j = tile_start; j < tile_end; ++j) {
-              if (!mask.sees(i, j, lq, lk)) continue;  // masked keys are absent, never weighted by zero
-              const Acc weight = exp(logits[j - tile_start] - subtrahend);
-              running_sum += weight;
-              for (std::int64_t c = 0; c < dv; ++c) o(b, h, r, c) += weight * v(b, hk, j, c);
-            }
-            running_max = grown;
-            saw_key = true;
-          }
-          if (!saw_key) {  // fully masked row: O = 0, LSE = -inf
-            lse(b, h, r) = minus_infinity;
-            return;
-          }
-          if (running_max == minus_infinity) {  // every visible logit -inf: the plain formula's 0/0
-            for (std::int64_t c = 0; c < dv; ++c) o(b, h, r, c) = not_a_number;
-            lse(b, h, r) = not_a_number;
-            return;
-          }
-          for (std::int64_t c = 0; c < dv; ++c) o(b, h, r, c) /= running_sum;
-          lse(b, h, r) = running_max + log(running_sum);
-        });
-      });
+  Kokkos::TeamPolicy<Space> policy(kernel.league_size(), static_cast<int>(tiling.team_size));
+  const int team_max = policy.team_size_max(kernel, Kokkos::ParallelForTag());
+  if (tiling.team_size > team_max) policy = Kokkos::TeamPolicy<Space>(kernel.league_size(), team_max);
+  policy.set_scratch_size(0, Kokkos::PerTeam(kernel.scratch_bytes()));
+  Kokkos::parallel_for("flashcheck::kokkos::online_softmax", policy, kernel);
   Kokkos::fence();
 
+  // O and LSE have AttentionRows' own order ([b][h][r][dv], [b][h][r]).
+  if constexpr (std::is_same_v<Acc, double>) {
+    Kokkos::deep_copy(Kokkos::View<double****, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                          out.o.data(), extent(p.batch), extent(p.heads_q), extent(nrows), extent(p.head_dim_v)),
+                      kernel.o);
+    Kokkos::deep_copy(Kokkos::View<double***, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                          out.lse.data(), extent(p.batch), extent(p.heads_q), extent(nrows)),
+                      kernel.lse);
+  } else {
+    auto o_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), kernel.o);
+    auto lse_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), kernel.lse);
+    for (std::int64_t b = 0; b < p.batch; ++b)
+      for (std::int64_t h = 0; h < p.heads_q; ++h)
+        for (std::int64_t r = 0; r < nrows; ++r) {
+          out.lse[out.index(b, h, r)] = static_cast<double>(lse_host(b, h, r));
+          for (std::int64_t c = 0; c < p.head_dim_v; ++c) out.o_row(b, h, r)[c] = static_cast<double>(o_host(b, h, r, c));
+        }
+  }
+  // Padding rows (past a sequence's valid length) are left 0 / -inf, as AttentionRows has them.
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.heads_q; ++h)
+      for (std::int64_t r = 0; r < nrows; ++r)
+        if (rows.rows[r] >= p.len_q(b)) out.lse[out.index(b, h, r)] = -std::numeric_limits<double>::infinity();
+  return out;
+}
+
+// Rounds every element of a float view to the working dtype.
+template <class Space>
+struct RoundToWorking {
+  Kokkos::View<float****, Kokkos::LayoutRight, Space> values;
+  ka::StorageCode working;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t index) const {
+    float* data = values.data();
+    data[index] = ka::round_working(working, data[index]);
+  }
+};
+
+template <class Space>
+AttentionRows plain_rounded(const Problem& p, const Inputs& in, const RowSet& rows, DType working) {
+  const std::int64_t nrows = rows.size();
   AttentionRows out(p, rows);
-  auto o_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), o);
-  auto lse_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), lse);
-  for (std::int64_t b = 0; b < batch; ++b)
-    for (std::int64_t h = 0; h < heads; ++h)
+  if (nrows == 0 || p.batch == 0) return out;
+  Kokkos::View<std::int64_t*, Space> position("position", extent(nrows)), len_q("len_q", extent(p.batch)),
+      len_kv("len_kv", extent(p.batch));
+  {
+    auto position_host = Kokkos::create_mirror_view(position);
+    auto len_q_host = Kokkos::create_mirror_view(len_q);
+    auto len_kv_host = Kokkos::create_mirror_view(len_kv);
+    for (std::int64_t r = 0; r < nrows; ++r) position_host(r) = rows.rows[r];
+    for (std::int64_t b = 0; b < p.batch; ++b) {
+      len_q_host(b) = p.len_q(b);
+      len_kv_host(b) = p.len_kv(b);
+    }
+    Kokkos::deep_copy(position, position_host);
+    Kokkos::deep_copy(len_q, len_q_host);
+    Kokkos::deep_copy(len_kv, len_kv_host);
+  }
+  ka::PlainRoundedAttention<Space> kernel;
+  kernel.g = {p.batch, p.heads_q, p.heads_kv, p.group_size(), nrows, p.head_dim, p.head_dim_v, p.seqlen_kv};
+  kernel.mask = mask_spec(p);
+  kernel.working = storage_code(working);
+  kernel.scale = static_cast<float>(p.softmax_scale);
+  kernel.minus_infinity = -std::numeric_limits<float>::infinity();
+  kernel.not_a_number = std::numeric_limits<float>::quiet_NaN();
+  // Inputs in f32 (exact), rounded to the working dtype when it is narrower.
+  auto q = stage<Space, float>(in.q, "q", position, nrows);
+  auto k = stage<Space, float>(in.k, "k", {}, p.seqlen_kv);
+  auto v = stage<Space, float>(in.v, "v", {}, p.seqlen_kv);
+  for (auto* tensor : {&q, &k, &v})
+    Kokkos::parallel_for("flashcheck::kokkos::round_inputs", Kokkos::RangePolicy<Space>(0, tensor->size()),
+                         RoundToWorking<Space>{*tensor, kernel.working});
+  kernel.q = q;
+  kernel.k = k;
+  kernel.v = v;
+  kernel.position = position;
+  kernel.len_q = len_q;
+  kernel.len_kv = len_kv;
+  const std::int64_t row_count = p.batch * p.heads_q * nrows;
+  kernel.accumulator = Kokkos::View<float*, Space>("accumulator", extent(row_count * p.head_dim_v));
+  kernel.o = Kokkos::View<float****, Kokkos::LayoutRight, Space>("o", extent(p.batch), extent(p.heads_q), extent(nrows),
+                                                                 extent(p.head_dim_v));
+  kernel.lse = Kokkos::View<float***, Kokkos::LayoutRight, Space>("lse", extent(p.batch), extent(p.heads_q), extent(nrows));
+  Kokkos::parallel_for("flashcheck::kokkos::plain_rounded", Kokkos::RangePolicy<Space>(0, row_count), kernel);
+  Kokkos::fence();
+  auto o_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), kernel.o);
+  auto lse_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), kernel.lse);
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.heads_q; ++h)
       for (std::int64_t r = 0; r < nrows; ++r) {
-        if (rows.rows[r] >= p.len_q(b)) continue;
         out.lse[out.index(b, h, r)] = static_cast<double>(lse_host(b, h, r));
-        for (std::int64_t c = 0; c < dv; ++c) out.o_row(b, h, r)[c] = static_cast<double>(o_host(b, h, r, c));
+        for (std::int64_t c = 0; c < p.head_dim_v; ++c) out.o_row(b, h, r)[c] = static_cast<double>(o_host(b, h, r, c));
       }
   return out;
 }
 
+template <class Space>
+AttentionRows run_in(const Problem& problem, const Inputs& inputs, const RowSet& rows, Accumulation accumulation,
+                     KokkosTiling tiling) {
+  return accumulation == Accumulation::f64 ? online_softmax<Space, double>(problem, inputs, rows, tiling)
+                                           : online_softmax<Space, float>(problem, inputs, rows, tiling);
+}
+
+void require_runtime(KokkosSpace space) {
+  if (!kokkos_available())
+    throw std::runtime_error("the Kokkos reference cannot run here: this Kokkos has CUDA and no GPU is present");
+  if (space == KokkosSpace::device && !kokkos_device_available())
+    throw std::runtime_error("the Kokkos reference has no device here (" + kokkos_description() + ")");
+  KokkosRuntime::ensure();
+}
+
 }  // namespace
 
-bool kokkos_available() { return true; }
+bool kokkos_available() {
+#ifdef KOKKOS_ENABLE_CUDA
+  return gpu_present();  // a CUDA Kokkos does not initialise without a device
+#else
+  return true;
+#endif
+}
+
+bool kokkos_device_available() { return gpu_present(); }
 
 std::string kokkos_description() {
-  return fmt::format("Kokkos {}.{}.{} ({})", KOKKOS_VERSION / 10000, KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100,
-                     Kokkos::DefaultExecutionSpace::name());
+  const std::string version = "Kokkos " + text(KOKKOS_VERSION / 10000) + "." + text(KOKKOS_VERSION / 100 % 100) + "." +
+                              text(KOKKOS_VERSION % 100);
+#ifdef KOKKOS_ENABLE_CUDA
+  return version + " (Cuda" + (gpu_present() ? "" : ": no GPU present") + ", host " +
+         Kokkos::DefaultHostExecutionSpace::name() + ")";
+#else
+  return version + " (" + Kokkos::DefaultHostExecutionSpace::name() + ", host only)";
+#endif
+}
+
+KokkosTiling kokkos_fitted_tiling(const Problem& problem, KokkosTiling tiling, KokkosSpace space) {
+  require_runtime(space);
+#ifdef KOKKOS_ENABLE_CUDA
+  if (space == KokkosSpace::device) return fit<Kokkos::Cuda, double>(problem, tiling);
+#endif
+  return fit<Kokkos::DefaultHostExecutionSpace, double>(problem, tiling);
+}
+
+AttentionRows kokkos_baseline(const Problem& problem, const Inputs& inputs, const RowSet& rows, DType working,
+                              KokkosSpace space) {
+  require_runtime(space);
+#ifdef KOKKOS_ENABLE_CUDA
+  if (space == KokkosSpace::device) return plain_rounded<Kokkos::Cuda>(problem, inputs, rows, working);
+#endif
+  return plain_rounded<Kokkos::DefaultHostExecutionSpace>(problem, inputs, rows, working);
 }
 
 AttentionRows kokkos_reference(const Problem& problem, const Inputs& inputs, const RowSet& rows,
-                               Accumulation accumulation, KokkosTiling tiling) {
-  if (tiling.key_tile < 1 || tiling.key_tile > kMaxKeyTile || tiling.rows_per_team < 1)
-    throw std::invalid_argument(fmt::format("Kokkos tiling: key_tile must be in [1, {}] and rows_per_team >= 1",
-                                            kMaxKeyTile));
-  KokkosRuntime::ensure();
-  return accumulation == Accumulation::f64 ? online_softmax<double>(problem, inputs, rows, tiling)
-                                           : online_softmax<float>(problem, inputs, rows, tiling);
+                               Accumulation accumulation, KokkosTiling tiling, KokkosSpace space) {
+  require_runtime(space);
+#ifdef KOKKOS_ENABLE_CUDA
+  if (space == KokkosSpace::device) return run_in<Kokkos::Cuda>(problem, inputs, rows, accumulation, tiling);
+#endif
+  return run_in<Kokkos::DefaultHostExecutionSpace>(problem, inputs, rows, accumulation, tiling);
 }
 
 }  // namespace flashcheck

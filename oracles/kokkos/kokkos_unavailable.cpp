@@ -7,10 +7,18 @@ namespace flashcheck {
 
 bool kokkos_available() { return false; }
 
+bool kokkos_device_available() { return false; }
+
+KokkosTiling kokkos_fitted_tiling(const Problem&, KokkosTiling tiling, KokkosSpace) { return tiling; }
+
 std::string kokkos_description() { return "not built (Kokkos not found at configure time)"; }
 
-AttentionRows kokkos_reference(const Problem&, const Inputs&, const RowSet&, Accumulation, KokkosTiling) {
+AttentionRows kokkos_reference(const Problem&, const Inputs&, const RowSet&, Accumulation, KokkosTiling, KokkosSpace) {
   throw std::runtime_error("the Kokkos reference is not built: install libtrilinos-kokkos-dev or set Kokkos_ROOT");
+}
+
+AttentionRows kokkos_baseline(const Problem&, const Inputs&, const RowSet&, DType, KokkosSpace) {
+  throw std::runtime_error("the Kokkos baseline is not built: install libtrilinos-kokkos-dev or set Kokkos_ROOT");
 }
 
 }  // namespace flashcheck

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -11,6 +12,7 @@
 #include "oracles/cpu_f64.hpp"
 #include "oracles/cpu_lowp.hpp"
 #include "oracles/judge.hpp"
+#include "oracles/kokkos/every_row.hpp"
 #include "oracles/kokkos/kokkos_reference.hpp"
 
 namespace flashcheck {
@@ -424,6 +426,118 @@ TEST(KokkosTest, FloatAccumulationFollowsTheTileOrder) {
   EXPECT_LT(error64, 1e-5);
   EXPECT_NE(tile16.o, tile64.o) << "the key tile must change the f32 arithmetic order";
   EXPECT_LT(normwise(kokkos_reference(p, in, all_rows(p), Accumulation::f64, {16, 16}), exact), 1e-14);
+}
+
+TEST(KokkosTest, CrossCheckFindsADifferenceOnASampledRow) {
+  const Problem p = make_problem(1, 2, 2, 40, 40, 8, DType::f32, MaskKind::causal_tl);
+  const Inputs in = generate_inputs(p);
+  const auto every = cpu_f64_reference(p, in, all_rows(p));
+  const RowSet sample{{0, 17, 39}};
+  auto sampled = cpu_f64_reference(p, in, sample);
+  EXPECT_TRUE(cross_check(p, every, sampled).agrees());
+  sampled.o_row(0, 1, 1)[3] += 1e-6;  // row 17 of head 1
+  EXPECT_GT(cross_check(p, every, sampled).o_normwise, 1e-9);
+  EXPECT_FALSE(cross_check(p, every, sampled).agrees());
+  sampled.o_row(0, 1, 1)[3] = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(cross_check(p, every, sampled).nonfinite_mismatches, 1);
+  const RowSet missing{{0, 17}};  // the every-row side lacks a sampled row: never agree
+  EXPECT_FALSE(cross_check(p, cpu_f64_reference(p, in, missing), cpu_f64_reference(p, in, sample)).agrees());
+}
+
+TEST(KokkosTest, DeviceAgreesWithTheHostOnEveryRow) {
+  if (!kokkos_device_available()) GTEST_SKIP() << "no CUDA Kokkos built in, or no GPU";
+  const Problem p = make_problem(2, 4, 2, 300, 517, 128, DType::bf16, MaskKind::causal_br);
+  const Inputs in = generate_inputs(p);
+  const auto device = kokkos_reference(p, in, all_rows(p), Accumulation::f64, {}, KokkosSpace::device);
+  const auto host = kokkos_reference(p, in, all_rows(p), Accumulation::f64, {}, KokkosSpace::host);
+  const auto sampled = cpu_f64_reference(p, in, sample_rows(p, 64, 3));
+  EXPECT_TRUE(cross_check(p, device, sampled).agrees()) << cross_check(p, device, sampled).o_normwise;
+  EXPECT_LT(normwise(device, host), 1e-13);
+}
+
+// The Kokkos baseline is cpu_lowp's arithmetic written again: on Serial (the
+// same libm, IEEE f32 without contraction) it must agree bit for bit.
+TEST(KokkosTest, BaselineIsCpuLowpOperationForOperation) {
+  if (!kokkos_available()) GTEST_SKIP() << "Kokkos not built";
+  struct Case {
+    Problem problem;
+    DType working;
+  };
+  Problem varlen = make_problem(2, 4, 2, 37, 45, 24, DType::f16, MaskKind::window);
+  varlen.window_left = 9;
+  varlen.window_right = 3;
+  varlen.lens_q = {37, 5};
+  varlen.lens_kv = {45, 20};
+  varlen.layout = Layout::bshd;
+  const Case cases[] = {
+      {make_problem(1, 2, 2, 64, 80, 32, DType::bf16, MaskKind::causal_br), DType::bf16},
+      {make_problem(1, 2, 1, 50, 50, 16, DType::f32, MaskKind::causal_tl), DType::f32},
+      {make_problem(1, 2, 1, 50, 50, 16, DType::f32, MaskKind::none), DType::bf16},  // a narrower working dtype
+      {varlen, DType::f16},
+  };
+  for (const Case& c : cases) {
+    validate(c.problem);
+    const Inputs in = generate_inputs(c.problem);
+    const auto want = cpu_lowp_rows(c.problem, in, all_rows(c.problem), c.working);
+    const auto got = kokkos_baseline(c.problem, in, all_rows(c.problem), c.working);
+    EXPECT_EQ(got.o, want.o) << to_line(c.problem);
+    EXPECT_EQ(got.lse, want.lse) << to_line(c.problem);
+  }
+}
+
+// On the GPU, expf and logf are CUDA's (within 2 ULP of glibc's): the device
+// baseline is then not bitwise cpu_lowp, but its error against the f64 oracle
+// must be the same size.
+TEST(KokkosTest, DeviceBaselineHasCpuLowpsError) {
+  if (!kokkos_device_available()) GTEST_SKIP() << "no CUDA Kokkos built in, or no GPU";
+  const Problem p = make_problem(1, 4, 2, 256, 300, 64, DType::bf16, MaskKind::causal_br);
+  const Inputs in = generate_inputs(p);
+  const auto exact = cpu_f64_reference(p, in, all_rows(p));
+  const double host = normwise(cpu_lowp_rows(p, in, all_rows(p), DType::bf16), exact);
+  const double device = normwise(kokkos_baseline(p, in, all_rows(p), DType::bf16, KokkosSpace::device), exact);
+  EXPECT_GT(host, 0);
+  EXPECT_GT(device, 0.8 * host);
+  EXPECT_LT(device, 1.25 * host);
+}
+
+// The every-row judge (the GPU path, here on Serial: the same code): a row the
+// judge's sample left out is judged, and a damage there is caught.
+TEST(KokkosTest, EveryRowJudgeCatchesARowTheSampleLeftOut) {
+  if (!kokkos_available()) GTEST_SKIP() << "Kokkos not built";
+  const Problem p = parse_problem("b=1 hq=2 hkv=1 sq=300 skv=320 d=32 dtype=bf16 mask=causal_br values=normal(0.5,1)");
+  const Inputs in = generate_inputs(p);
+  CpuLowp lowp;
+  JudgeOptions options;
+  options.max_rows = 16;
+  options.keep_outputs = true;
+  const CaseResult sampled = judge(lowp, p, in, options);
+  ASSERT_TRUE(sampled.passed()) << sampled.verdict.rule;
+  ASSERT_LT(sampled.rows.size(), p.seqlen_q);
+
+  CaseResult every = sampled;
+  ASSERT_TRUE(judge_every_row(every, in, sampled.outputs, sampled.reference, KokkosSpace::host));
+  EXPECT_EQ(every.rows, all_rows(p));
+  EXPECT_TRUE(every.passed()) << every.verdict.rule;
+  EXPECT_EQ(every.subject_metrics.o.errors.count, p.heads_q * p.seqlen_q * p.head_dim_v);
+  EXPECT_NE(every.verdict.rule.find("every row"), std::string::npos) << every.verdict.rule;
+
+  std::int64_t unsampled = 0;  // a row the sample does not hold
+  while (std::find(sampled.rows.rows.begin(), sampled.rows.rows.end(), unsampled) != sampled.rows.rows.end()) ++unsampled;
+  Outputs damaged = sampled.outputs;
+  for (std::int64_t c = 0; c < p.head_dim_v; ++c) damaged.o.set(0, 1, unsampled, c, damaged.o.get(0, 1, unsampled, c) * 1.05);
+  CaseResult caught = sampled;
+  ASSERT_TRUE(judge_every_row(caught, in, damaged, sampled.reference, KokkosSpace::host));
+  EXPECT_FALSE(caught.passed()) << "row " << unsampled << " damaged: " << caught.verdict.rule;
+
+  AttentionRows wrong_oracle = sampled.reference;
+  wrong_oracle.o[5] += 1e-3;
+  CaseResult disagreement = sampled;
+  ASSERT_TRUE(judge_every_row(disagreement, in, sampled.outputs, wrong_oracle, KokkosSpace::host));
+  EXPECT_FALSE(disagreement.passed());
+  EXPECT_NE(disagreement.verdict.rule.find("oracles disagree"), std::string::npos) << disagreement.verdict.rule;
+
+  CaseResult unchanged = every;  // already every row: nothing to do
+  EXPECT_FALSE(judge_every_row(unchanged, in, sampled.outputs, every.reference, KokkosSpace::host));
 }
 
 TEST(KokkosTest, RejectsImpossibleTiles) {

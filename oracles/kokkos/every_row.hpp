@@ -1,0 +1,58 @@
+// The every-row reference of a GPU case: kokkos_f64 on the device over every
+// query row, and cpu_f64 on sampled rows cross-checking it. Large problems are
+// otherwise checked on sampled rows only (cpu_f64 runs on the host).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
+#include "oracles/judge.hpp"
+#include "oracles/kokkos/kokkos_reference.hpp"
+
+namespace flashcheck {
+
+/// How far two references apart are on the rows of `sampled` (a subset of
+/// `every`'s rows): O normwise (||a - b|| / ||b||), the worst LSE difference
+/// relative to 1 + |LSE|, and the positions where one is non-finite and the
+/// other differs.
+struct CrossCheck {
+  double o_normwise = 0, lse_relative = 0;
+  std::int64_t nonfinite_mismatches = 0;
+  /// Two f64 references agree to f64 rounding: 1e-12, the bound of the
+  /// triangulation property CpuF64AgreesWithKokkosToOneInATrillion.
+  bool agrees() const { return o_normwise <= 1e-12 && lse_relative <= 1e-12 && nonfinite_mismatches == 0; }
+};
+
+CrossCheck cross_check(const Problem& problem, const AttentionRows& every, const AttentionRows& sampled);
+
+/// kokkos_f64 on the GPU over every row, and its cross-check against
+/// `cpu_sampled` (cpu_f64 on some rows of the same inputs).
+struct EveryRowReference {
+  AttentionRows rows;
+  CrossCheck check;
+};
+
+/// std::nullopt where the device reference cannot run here (no CUDA Kokkos
+/// built in, or no GPU).
+std::optional<EveryRowReference> every_row_reference(const Problem& problem, const Inputs& inputs,
+                                                     const AttentionRows& cpu_sampled);
+
+/// Judges a case again on every query row, where the judge checked a sample:
+/// kokkos_f64 is the reference and kokkos_baseline the same-precision baseline,
+/// both in `space` (the GPU in production; the host runs the same code, for
+/// tests), and cpu_f64's sampled rows (`sampled_reference`, the judge's
+/// reference) must agree with kokkos_f64 on those rows, or the case fails with
+/// a rule that says the oracles disagree. The logit conditioning of the floor
+/// stays the sample's (cpu_f64 computes it). Returns false, leaving `result`
+/// as it was, where the sample already was every row, the case did not run,
+/// or `space` cannot run here (KokkosSpace::device without a CUDA Kokkos or a GPU).
+///
+/// The judge's hook (JudgeOptions::every_row_on_device, left to the lead):
+/// in judge(), after the verdict on the sample and with the subject's outputs
+/// still at hand, `judge_every_row(result, inputs, run.outputs, reference)`.
+bool judge_every_row(CaseResult& result, const Inputs& inputs, const Outputs& subject_outputs,
+                     const AttentionRows& sampled_reference, KokkosSpace space = KokkosSpace::device);
+
+}  // namespace flashcheck
