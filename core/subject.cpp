@@ -24,6 +24,9 @@ std::optional<std::string> unsupported_reason(const Capabilities& caps, const Pr
   if (!caps.gqa && p.heads_kv != p.heads_q)
     return fmt::format("GQA/MQA (heads_q={}, heads_kv={}) is not supported", p.heads_q, p.heads_kv);
   if (!caps.varlen && p.padded()) return std::string("per-sequence lengths are not supported");
+  if (caps.aligned_masks_need_sq_le_skv && (p.mask == MaskKind::causal_br || p.mask == MaskKind::window) &&
+      p.seqlen_q > p.seqlen_kv)
+    return fmt::format("mask {} needs seqlen_q <= seqlen_kv (here {} > {})", to_string(p.mask), p.seqlen_q, p.seqlen_kv);
   if (p.seqlen_q % caps.seqlen_q_multiple != 0)
     return fmt::format("seqlen_q {} is not a multiple of {}", p.seqlen_q, caps.seqlen_q_multiple);
   if (p.seqlen_kv % caps.seqlen_kv_multiple != 0)

@@ -90,6 +90,18 @@ struct Capabilities {
   /// outside the rule whose values can reach it (max |V| times the keys one
   /// row sees) is a `deviation`, not a `fail`; generators keep |V| below it.
   double accumulator_max = 0;
+  /// Bottom-right aligned masks (causal_br, window) need seqlen_q <= seqlen_kv
+  /// (the padded lengths): cuDNN refuses the others at launch ("Bottom right
+  /// causal mask does not support max_s_q > max_s_kv"; the same for sliding
+  /// windows), measured on an H100 with cuDNN 9.14 as ~20% of its drawn cases.
+  bool aligned_masks_need_sq_le_skv = false;
+  /// A subject that compiles a program per geometry (cuDNN builds a graph for
+  /// each shape, mask, scale and dtype: 0.07-0.45 s each on an H100, nearly
+  /// every generated case a new one) asks the properties to draw its problems
+  /// from a fixed pool of this many, the data drawn anew for each case (0: no
+  /// pool). Measured: Gpu_cudnn's properties spent 60 s of a 64 s run
+  /// building graphs.
+  int geometry_pool = 0;
   /// Documented differences from flashcheck's conventions (empty: none).
   std::string_view known_deviations;
 

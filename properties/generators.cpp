@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <tuple>
 
 namespace flashcheck {
@@ -294,7 +296,51 @@ rc::Gen<ValueDist> gen_values_for(DType storage, DType compute, std::int64_t til
   return rc::gen::join(rc::gen::elementOf(pool));
 }
 
+namespace {
+
+// The pool of a domain that declares one (Capabilities::geometry_pool), per
+// (domain, limits): problems drawn once, with fixed seeds, by the pool-free
+// generator, so that every process and every run draws from the same ones and
+// a failure's line replays as it is.
+const std::vector<Problem>& problem_pool(const Capabilities& caps, const DomainLimits& limits) {
+  static std::mutex mutex;
+  static std::map<std::string, std::vector<Problem>> pools;
+  const std::string key =
+      fmt::format("{}|{} {} {} {} {} {} {} {}", describe(caps), limits.max_seqlen, limits.max_head_dim, limits.max_work,
+                  limits.max_bytes, limits.allow_special_values, limits.vacuous_only, limits.long_contexts,
+                  caps.geometry_pool);
+  const std::lock_guard lock(mutex);
+  std::vector<Problem>& pool = pools[key];
+  if (!pool.empty()) return pool;
+  DomainLimits free = limits;
+  free.use_geometry_pool = false;
+  const rc::Gen<Problem> draw = gen_problem_in(caps, free);
+  constexpr std::uint64_t kPoolSeed = 20261125;
+  for (std::uint64_t n = 0; pool.size() < static_cast<std::size_t>(caps.geometry_pool) && n < 50u * caps.geometry_pool;
+       ++n) {
+    try {
+      // Sizes across RapidCheck's range, so the pool holds small and large shapes.
+      pool.push_back(draw(rc::Random(kPoolSeed + n), static_cast<int>(n * 37 % 100)).value());
+    } catch (...) {  // a draw the generator discarded: take the next seed
+    }
+  }
+  return pool;
+}
+
+}  // namespace
+
 rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& limits) {
+  if (caps.geometry_pool > 0 && limits.use_geometry_pool) {
+    return rc::gen::exec([caps, limits] {
+      const std::vector<Problem>& pool = problem_pool(caps, limits);
+      RC_PRE(!pool.empty());
+      Problem p = *rc::gen::elementOf(pool);
+      // The geometry is the pool's; the data are new in every case.
+      p.geometry_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
+      p.data_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
+      return p;
+    });
+  }
   return rc::gen::exec([caps, limits] {
     Problem p;
     std::vector<DType> dtypes;
@@ -404,6 +450,13 @@ rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& li
       p.window_right = *bound;
     }
     if (!long_context) fit_budget(p, caps, limits);
+    // A domain whose bottom-right aligned masks need Sq <= Skv gets the two
+    // lengths the other way round, rather than a discarded case.
+    if (caps.aligned_masks_need_sq_le_skv && (p.mask == MaskKind::causal_br || p.mask == MaskKind::window) &&
+        p.seqlen_q > p.seqlen_kv && caps.seqlen_q_multiple == caps.seqlen_kv_multiple) {
+      std::swap(p.seqlen_q, p.seqlen_kv);
+      std::swap(p.lens_q, p.lens_kv);
+    }
     p.values = *gen_values_for(p.dtype, caps.compute_dtype.value_or(p.dtype), caps.tile_kv,
                                limits.allow_special_values && caps.nonfinite_inputs, p.seqlen_kv);
     // dominant, late_max and offset place their logits (at exp's underflow
@@ -518,6 +571,14 @@ rc::Gen<Problem> gen_problem_outside(const Capabilities& caps) {
     if (caps.seqlen_q_multiple > 1) breaks.push_back([&caps](Problem& q) { q.seqlen_q = caps.seqlen_q_multiple + 1; });
     if (caps.seqlen_kv_multiple > 1) breaks.push_back([&caps](Problem& q) { q.seqlen_kv = caps.seqlen_kv_multiple + 1; });
     if (!caps.empty_sequences) breaks.push_back([](Problem& q) { q.seqlen_kv = 0; });
+    if (caps.aligned_masks_need_sq_le_skv && caps.masks.contains(MaskKind::causal_br))
+      breaks.push_back([](Problem& q) {
+        q.mask = MaskKind::causal_br;
+        q.window_left = q.window_right = -1;
+        q.lens_q.clear();
+        q.lens_kv.clear();
+        q.seqlen_q = q.seqlen_kv + 1;
+      });
     if (!caps.nonfinite_inputs) breaks.push_back([](Problem& q) { q.values = ValueDist{ValueFamily::nan_inf, {0.01}}; });
     RC_PRE(!breaks.empty());
     const auto which = *rc::gen::inRange<std::size_t>(0, breaks.size());

@@ -55,6 +55,11 @@ struct DomainLimits {
   /// they stay off in the properties' default budget; the fuzz sweep turns
   /// them on.
   bool long_contexts = false;
+  /// Draw from the domain's pool of problems where it declares one
+  /// (Capabilities::geometry_pool): the properties do, so that a subject that
+  /// compiles a program per geometry reuses it; the sweep does not (it draws
+  /// every geometry, and pays for the compilation).
+  bool use_geometry_pool = true;
 };
 
 /// Problems inside `caps`, weighted toward the edges: lengths 0, 1, 2, the

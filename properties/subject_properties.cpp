@@ -117,11 +117,14 @@ double tensor_norm(const HostTensor& t) {
   return std::sqrt(sum);
 }
 
-// Norm over the valid (unpadded) positions of a [batch, heads, seq, dim] tensor,
-// and whether there are any.
+// Norm over the finite valid (unpadded) positions of a [batch, heads, seq,
+// dim] tensor, whether there are any, and whether one is NaN or infinite (not
+// zero either: a one-element K of nan_inf values may hold only an Inf).
 struct ValidNorm {
   double norm = 0;
   bool any = false;
+  bool nonfinite = false;
+  bool nonzero() const { return norm > 0 || nonfinite; }
 };
 
 ValidNorm valid_norm(const HostTensor& t, const std::function<std::int64_t(std::int64_t)>& length) {
@@ -134,6 +137,7 @@ ValidNorm valid_norm(const HostTensor& t, const std::function<std::int64_t(std::
           result.any = true;
           const double x = t.get(b, h, s, c);
           if (std::isfinite(x)) sum += x * x;
+          else result.nonfinite = true;
         }
   result.norm = std::sqrt(sum);
   return result;
@@ -183,7 +187,7 @@ void agrees_with_oracle(Subject& subject) {
   const auto queries = [&](std::int64_t b) { return p.len_q(b); };
   const auto keys = [&](std::int64_t b) { return p.len_kv(b); };
   for (const ValidNorm& norm : {valid_norm(in.q, queries), valid_norm(in.k, keys), valid_norm(in.v, keys)})
-    if (norm.any) RC_ASSERT(norm.norm > 0);
+    if (norm.any) RC_ASSERT(norm.nonzero());
   // A row that sees a key and whose reference is finite has a non-zero output.
   const AttentionRows& reference = bed.reference();
   bool some_finite_row = false;
@@ -209,7 +213,13 @@ void key_value_permutation(Subject& subject) {
   // every row's sums: O and LSE are the base's.
   const RowOrder order = draw_row_order(lengths_kv(p), p.heads_kv);
   const Inputs moved{bed.inputs().q, permute_rows(bed.inputs().k, order), permute_rows(bed.inputs().v, order)};
-  bed.verify("K/V row permutation", p, bed.run(p, moved), bed.reference(), bed.bound(), {&p});
+  // The two outputs' relation, within the sum of their bounds: the base's, and
+  // the baseline's on the permuted inputs (a same-precision sum in another
+  // order has another rounding error; measured on an H100: fa2-rowthread, f32,
+  // dominant keys, 1023 keys, 1.0005 x the base bound from the exact value).
+  // The logit conditioning does not depend on the order: the base's.
+  bed.verify("K/V row permutation", p, bed.run(p, moved), bed.outputs(),
+             bed.bound() + bed.baseline_bound(p, moved, bed.reference(), bed.reference()), {&p});
 }
 
 void query_permutation(Subject& subject) {
@@ -247,6 +257,7 @@ void key_shift_invariance(Subject& subject) {
   // sum_j p_j a_j (|V_jc| + |O_c|) grows by at most s_i (max_j |V_jc| + |O_c|)
   // and the per-row one by s_i (the weights p_j do not change).
   AttentionRows expected = bed.reference();
+  AttentionRows moved_outputs = bed.outputs();  // the base case's output, LSE moved
   double largest_shift = 0;
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t h = 0; h < p.heads_q; ++h) {
@@ -265,14 +276,17 @@ void key_shift_invariance(Subject& subject) {
         const auto row = expected.index(b, h, i);
         if (!std::isfinite(expected.lse[row])) continue;  // fully masked: stays -inf
         expected.lse[row] += shift;
+        moved_outputs.lse[moved_outputs.index(b, h, i)] += shift;
         expected.lse_condition[row] += growth;
         for (std::int64_t c = 0; c < p.head_dim_v; ++c)
           expected.o_condition[row * p.head_dim_v + c] += growth * (v_max[c] + std::fabs(expected.o_row(b, h, i)[c]));
       }
     }
   RC_TAG(largest_shift >= 1000 ? "shift=>=1000 logits" : largest_shift >= 100 ? "shift=>=100 logits" : "shift=<100 logits");
-  bed.verify("K + 1 w^T shift", p, bed.run(p, shifted), expected, bed.baseline_bound(p, shifted, expected, expected),
-             {&p});
+  // The relation between the two outputs, each within its bound of the exact
+  // value (the base's judged, the shifted one's from its baseline): their sum.
+  bed.verify("K + 1 w^T shift", p, bed.run(p, shifted), moved_outputs,
+             bed.bound() + bed.baseline_bound(p, shifted, expected, expected), {&p});
 }
 
 void value_affine_map(Subject& subject) {
@@ -289,19 +303,26 @@ void value_affine_map(Subject& subject) {
   const Inputs mapped{bed.inputs().q, bed.inputs().k,
                       map_elements(bed.inputs().v, [&](double x) { return a * x + shift; })};
   AttentionRows expected = bed.reference();
+  AttentionRows mapped_outputs = bed.outputs();  // a O + b of the base case's output
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t h = 0; h < p.heads_q; ++h)
       for (std::int64_t i = 0; i < p.len_q(b); ++i) {
         if (visible_key_range(p, b, i).count() == 0) continue;  // fully masked: stays 0
         const auto row = expected.index(b, h, i);
         double* o = expected.o_row(b, h, i);
+        double* mapped_o = mapped_outputs.o_row(b, h, i);
         for (std::int64_t c = 0; c < p.head_dim_v; ++c) {
           o[c] = a * o[c] + shift;
+          mapped_o[c] = a * mapped_o[c] + shift;
           double& condition = expected.o_condition[row * p.head_dim_v + c];
           condition = std::fabs(a) * condition + 2 * std::fabs(shift) * expected.lse_condition[row];
         }
       }
-  bed.verify("V -> aV + b", p, bed.run(p, mapped), expected, bed.baseline_bound(p, mapped, expected, expected), {&p});
+  // As for the shift: the two outputs' relation, within the sum of their bounds
+  // (measured: cpu-plain, f32, 1025 keys of same-sign V, 1.7 x the mapped
+  // case's bound alone from the exact value, within the sum).
+  bed.verify("V -> aV + b", p, bed.run(p, mapped), mapped_outputs,
+             bed.bound() + bed.baseline_bound(p, mapped, expected, expected), {&p});
 }
 
 // Each O[i, c] is a convex combination of V[j, c] over the keys row i sees,

@@ -93,9 +93,12 @@ constexpr Capabilities kCapabilities = {
     .needs_gpu = true,
     .min_compute_capability = 80,
     .accumulator_max = std::numeric_limits<float>::max(),  // measured: near_overflow(3000,0.9) bf16 gives -inf (issue 20)
+    .aligned_masks_need_sq_le_skv = true,
+    .geometry_pool = 24,
     .known_deviations = "masked keys' non-finite values leak into O (0 x NaN); subnormal inputs may be flushed to zero; "
-                        "bottom-right alignment with max seqlen_q > seqlen_kv is refused (fully masked rows arise only "
-                        "through padding, where O = 0 and LSE = -inf as flashcheck's convention)",
+                        "bottom-right alignment (causal_br, window) with max seqlen_q > seqlen_kv is refused, and so "
+                        "outside the domain (fully masked rows arise only through padding, where O = 0 and LSE = -inf "
+                        "as flashcheck's convention)",
 };
 
 struct CachedGraph {

@@ -69,6 +69,7 @@ bool judge_every_row(CaseResult& result, const Inputs& inputs, const Outputs& su
   const std::int64_t sampled = result.rows.size();
   if (!check.agrees()) {
     result.verdict.pass = false;
+    result.verdict_kind = VerdictKind::fail;
     result.verdict.rule = fmt::format(
         "oracles disagree: kokkos_f64 (every row) against cpu_f64 on {} sampled rows: O normwise {:.3g}, LSE {:.3g}, "
         "{} non-finite position(s) differ (bound 1e-12)",
@@ -84,6 +85,11 @@ bool judge_every_row(CaseResult& result, const Inputs& inputs, const Outputs& su
   const Bounds bounds = rule_bounds(result.baseline_metrics, problem.dtype, result.condition);
   result.subject_metrics = compare(problem, gather_rows(problem, subject_outputs, every), reference, problem.dtype, bounds);
   result.verdict = decide(result.subject_metrics, result.baseline_metrics, problem.dtype, result.condition);
+  // The kind follows the every-row rule; a deviation the sampled judgement
+  // found (a limit the subject declares) stays one, and vacuity cannot change
+  // (every row holds the sampled ones).
+  if (!result.verdict.pass && result.verdict_kind != VerdictKind::deviation) result.verdict_kind = VerdictKind::fail;
+  if (result.verdict.pass && result.verdict_kind == VerdictKind::fail) result.verdict_kind = VerdictKind::pass;
   result.verdict.rule += fmt::format(" [every row: kokkos_f64 and the baseline in Kokkos; cpu_f64 agrees on {} sampled rows]",
                                      sampled);
   return true;

@@ -229,3 +229,59 @@ TEST(Generators, ComputeDtypeRangeIsRespectedAndRefused) {
 
 }  // namespace
 }  // namespace flashcheck
+
+namespace flashcheck {
+namespace {
+
+// A domain with a pool (cuDNN's, which compiles a graph per geometry): the
+// properties draw at most that many geometries, every one inside the domain
+// and substantive, the data new in each case; the sweep draws freely.
+TEST(Generators, APoolBoundsTheGeometriesThePropertiesDraw) {
+  Capabilities caps = kMmaLikeCapabilities;
+  caps.geometry_pool = 8;
+  caps.aligned_masks_need_sq_le_skv = true;
+  const Draws pooled = draw(gen_problem_in(caps), 300);
+  std::map<std::string, int> geometries;
+  std::map<std::uint64_t, int> data_seeds;
+  for (Problem p : pooled.problems) {
+    EXPECT_FALSE(unsupported_reason(caps, p)) << to_line(p);
+    EXPECT_GT(visible_rows(p), 0) << to_line(p);
+    if (p.mask == MaskKind::causal_br || p.mask == MaskKind::window) EXPECT_LE(p.seqlen_q, p.seqlen_kv) << to_line(p);
+    ++data_seeds[p.data_seed];
+    p.data_seed = p.geometry_seed = 0;
+    ++geometries[to_line(p)];
+  }
+  EXPECT_LE(geometries.size(), 8u);
+  EXPECT_GE(geometries.size(), 4u);  // drawn from the whole pool, not one entry
+  EXPECT_GT(data_seeds.size(), 200u);
+  // The sweep: no pool.
+  const Draws free = draw(gen_problem_in(caps, {.use_geometry_pool = false}), 300);
+  std::map<std::string, int> free_geometries;
+  for (Problem p : free.problems) {
+    p.data_seed = p.geometry_seed = 0;
+    ++free_geometries[to_line(p)];
+  }
+  EXPECT_GT(free_geometries.size(), 100u);
+}
+
+// A domain whose bottom-right aligned masks need Sq <= Skv never gets another.
+TEST(Generators, AlignedMasksKeepSqAtMostSkvWhereTheDomainSaysSo) {
+  Capabilities caps = kMmaLikeCapabilities;
+  caps.aligned_masks_need_sq_le_skv = true;
+  const Draws draws = draw(gen_problem_in(caps), 400);
+  int aligned = 0;
+  for (const Problem& p : draws.problems) {
+    EXPECT_FALSE(unsupported_reason(caps, p)) << to_line(p);
+    if (p.mask == MaskKind::causal_br || p.mask == MaskKind::window) {
+      ++aligned;
+      EXPECT_LE(p.seqlen_q, p.seqlen_kv) << to_line(p);
+    }
+  }
+  EXPECT_GT(aligned, 100);
+  EXPECT_LT(draws.discarded, 40) << "the lengths are swapped, not discarded";
+  Problem p = parse_problem("b=1 hq=1 sq=9 skv=8 d=64 dtype=bf16 mask=causal_br");
+  EXPECT_TRUE(unsupported_reason(caps, p).has_value());
+}
+
+}  // namespace
+}  // namespace flashcheck
