@@ -845,7 +845,7 @@ PropertyOutcome check_property(const SubjectProperty& property, Subject& subject
   rc::detail::printResultMessage(result, message);
   outcome.message = message.str();
   outcome.passed = result.template is<rc::detail::SuccessResult>();
-  if (outcome.passed && tally.discard_share() > kMaxDiscardShare) {
+  if (outcome.passed && tally.discard_share() > kMaxDiscardShare && tally.discarded() > kDiscardsAlwaysAllowed) {
     outcome.passed = false;
     outcome.message = fmt::format("{} discarded {} of {} drawn cases ({:.1f}%), more than the {:.0f}% allowed "
                                   "(kMaxDiscardShare): the passing count overstates what was tested\n{}",
