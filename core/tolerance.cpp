@@ -16,6 +16,8 @@ double logit_noise(const LogitCondition& condition, double value) {
          value;
 }
 
+double accumulation_noise(double scale) { return kAccumulationRoundings * unit_roundoff(DType::f32) * scale; }
+
 namespace {
 
 RuleCheck check(std::string metric, double subject, double baseline, double floor) {
@@ -38,11 +40,13 @@ constexpr DType kLseDtype = DType::f32;
 Bounds rule_bounds(const CaseMetrics& baseline, DType out_dtype, const LogitCondition& condition) {
   Bounds bounds;
   const auto& o = baseline.o.errors;
-  bounds.o = kBaselineFactor * o.max_abs + noise_floor(out_dtype, o.ref_max_abs) + logit_noise(condition, condition.o_max);
+  bounds.o = kBaselineFactor * o.max_abs + noise_floor(out_dtype, o.ref_max_abs) + logit_noise(condition, condition.o_max) +
+             accumulation_noise(condition.accumulation_o);
   if (baseline.has_lse) {
     const auto& lse = baseline.lse.errors;
     bounds.lse =
-        kBaselineFactor * lse.max_abs + noise_floor(kLseDtype, lse.ref_max_abs) + logit_noise(condition, condition.lse_max);
+        kBaselineFactor * lse.max_abs + noise_floor(kLseDtype, lse.ref_max_abs) + logit_noise(condition, condition.lse_max) +
+        accumulation_noise(condition.accumulation_lse);
   }
   return bounds;
 }
@@ -53,16 +57,21 @@ Verdict decide(const CaseMetrics& subject, const CaseMetrics& baseline, DType ou
   const auto& so = subject.o.errors;
   const auto& bo = baseline.o.errors;
   verdict.checks.push_back(check("o.max_abs", so.max_abs, bo.max_abs,
-                                 noise_floor(out_dtype, bo.ref_max_abs) + logit_noise(condition, condition.o_max)));
+                                 noise_floor(out_dtype, bo.ref_max_abs) + logit_noise(condition, condition.o_max) +
+                                     accumulation_noise(condition.accumulation_o)));
   verdict.checks.push_back(
-      check("o.rmse", so.rmse, bo.rmse, noise_floor(out_dtype, bo.ref_rms) + logit_noise(condition, condition.o_rms)));
+      check("o.rmse", so.rmse, bo.rmse,
+            noise_floor(out_dtype, bo.ref_rms) + logit_noise(condition, condition.o_rms) +
+                accumulation_noise(condition.accumulation_o)));
   if (subject.has_lse && baseline.has_lse) {
     const auto& sl = subject.lse.errors;
     const auto& bl = baseline.lse.errors;
     verdict.checks.push_back(check("lse.max_abs", sl.max_abs, bl.max_abs,
-                                   noise_floor(kLseDtype, bl.ref_max_abs) + logit_noise(condition, condition.lse_max)));
+                                   noise_floor(kLseDtype, bl.ref_max_abs) + logit_noise(condition, condition.lse_max) +
+                                       accumulation_noise(condition.accumulation_lse)));
     verdict.checks.push_back(check("lse.rmse", sl.rmse, bl.rmse,
-                                   noise_floor(kLseDtype, bl.ref_rms) + logit_noise(condition, condition.lse_rms)));
+                                   noise_floor(kLseDtype, bl.ref_rms) + logit_noise(condition, condition.lse_rms) +
+                                       accumulation_noise(condition.accumulation_lse)));
   }
   // The bias check, on O: |mean signed error| (subject, baseline), gated by the
   // subject's t statistic (tolerance.hpp).

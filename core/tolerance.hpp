@@ -51,6 +51,20 @@ double noise_floor(DType dtype, double scale);
 /// precision dominates and this term rarely matters.
 inline constexpr double kLogitRoundings = 2.0;
 
+/// The third part of the floor: the rounding of the two sums a row
+/// accumulates in f32 over its keys, l = sum_j e_j and sum_j e_j V_j (or the
+/// weighted sum of V). Recursive summation of n terms carries, typically,
+/// sqrt(n) f32 roundings of the largest partial sum (Higham & Mary, as above),
+/// so O moves by up to sqrt(n) u_f32 max|V| and LSE, through log l, by
+/// sqrt(n) u_f32. Every implementation carries it, the baseline included, and
+/// the ratio of two such draws passes 2 at random once it dominates.
+/// Measured (issue 20, 2026-11-25): cpu-plain, a textbook f32 kernel, failed
+/// on `b=1 hq=4 hkv=1 sq=1 skv=1023 d=1 dtype=f32 values=normal(-1.7,0.1)` at
+/// 4.7 x the baseline's O error (3.2e-6, ~0.8 sqrt(n) u |O|); fa2-rowthread on
+/// an H100 at LSE 4.9e-7 over 2 x baseline + floor = 4.5e-7. It does not hide
+/// the mma kernels' 131072-key LSE drift (3.5e-4 against 2.2e-4 + 4.3e-5).
+inline constexpr double kAccumulationRoundings = 2.0;
+
 /// The logits' conditioning in one case, from the f64 oracle
 /// (AttentionRows::o_condition and lse_condition over the compared rows).
 struct LogitCondition {
@@ -62,7 +76,13 @@ struct LogitCondition {
   double input_unit = 0;
   double o_max = 0, o_rms = 0;      // per element: sum_j p_j a_j (|V[j,c]| + |O[c]|)
   double lse_max = 0, lse_rms = 0;  // per row: sum_j p_j a_j
+  /// The accumulation term's scales: sqrt(keys the longest compared row sees)
+  /// times max |V| (finite), for O; sqrt(those keys), for LSE.
+  double accumulation_o = 0, accumulation_lse = 0;
 };
+
+/// The accumulation noise for a scale: kAccumulationRoundings u_f32 scale.
+double accumulation_noise(double scale);
 
 /// The logit noise for a condition value:
 /// kLogitRoundings (u_f32 sqrt(d) + 2 input_unit) condition.

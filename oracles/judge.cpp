@@ -98,6 +98,15 @@ double max_abs_finite(const HostTensor& tensor) {
 
 }  // namespace
 
+void add_accumulation(LogitCondition& condition, const Problem& p, const RowSet& rows, const HostTensor& v) {
+  std::int64_t keys = 0;
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (const std::int64_t row : rows.rows)
+      if (row < p.len_q(b)) keys = std::max(keys, visible_key_range(p, b, row).count());
+  condition.accumulation_lse = std::sqrt(static_cast<double>(keys));
+  condition.accumulation_o = condition.accumulation_lse * max_abs_finite(v);
+}
+
 std::string CaseResult::reproducer() const { return replay_command(subject, problem); }
 
 CaseResult judge(Subject& subject, const Problem& problem, const JudgeOptions& options) {
@@ -152,6 +161,7 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
 
   result.baseline_metrics = compare(problem, baseline, reference, problem.dtype);
   result.condition = logit_condition(problem, reference);
+  add_accumulation(result.condition, problem, result.rows, inputs.v);
   if (result.baseline_dtype != problem.dtype) result.condition.input_unit = unit_roundoff(result.baseline_dtype);
   const Bounds bounds = rule_bounds(result.baseline_metrics, problem.dtype, result.condition);
   const AttentionRows got = gather_rows(problem, run.outputs, result.rows);

@@ -79,6 +79,10 @@ struct CaseResult {
 /// the valid rows and finite values.
 LogitCondition logit_condition(const Problem& problem, const AttentionRows& reference);
 
+/// Sets the accumulation scales of `condition` (tolerance.hpp): the keys the
+/// longest of the compared rows sees, and max |V| over the finite values.
+void add_accumulation(LogitCondition& condition, const Problem& problem, const RowSet& rows, const HostTensor& v);
+
 /// The command line that replays one case of `subject` on `problem`.
 std::string replay_command(std::string_view subject, const Problem& problem);
 

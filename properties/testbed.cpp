@@ -122,6 +122,7 @@ Tolerance Testbed::baseline_bound(const Problem& p, const Inputs& inputs, const 
   const AttentionRows baseline = cpu_lowp_rows(p, inputs, want.rows, base_.baseline_dtype);
   LogitCondition logits = logit_condition(p, condition);
   logits.input_unit = base_.condition.input_unit;
+  add_accumulation(logits, p, want.rows, inputs.v);
   const Bounds b = rule_bounds(compare(p, baseline, want, p.dtype), p.dtype, logits);
   return {*b.o, b.lse.value_or(0)};
 }
