@@ -275,7 +275,9 @@ nlohmann::json to_record(const CaseResult& r) {
     record["peer"] = {{"name", r.peer->name}, {"version", r.peer->version}, {"metrics", to_json(r.peer->metrics)},
                       {"o_max_ratio", r.peer->o_max_ratio}, {"o_rmse_ratio", r.peer->o_rmse_ratio}};
   record["logit_condition"] = {{"o_max", r.condition.o_max}, {"o_rms", r.condition.o_rms},
-                               {"lse_max", r.condition.lse_max}, {"lse_rms", r.condition.lse_rms}};
+                               {"lse_max", r.condition.lse_max}, {"lse_rms", r.condition.lse_rms},
+                               {"accumulation_o", r.condition.accumulation_o},
+                               {"accumulation_lse", r.condition.accumulation_lse}};
   return record;
 }
 
