@@ -438,7 +438,9 @@ int run_sweep(const FuzzOptions& options) {
     SubjectStats& s = stats[std::string(subject.name())];
     const bool is_failure = failed(record);
     std::optional<Problem> shrunk;
-    if (is_failure && c.drawn) {
+    // A hang is not shrunk: each try would cost a whole watchdog (up to
+    // --shrink-runs of them), and its line already reproduces it.
+    if (is_failure && c.drawn && record.value("verdict", "") != "timeout") {
       shrunk = shrink(worker, subject, *c.drawn, record.value("check", ""), c.watchdog, options.shrink_runs);
       if (shrunk) record["shrunk_problem"] = to_line(*shrunk);
     }

@@ -11,11 +11,28 @@
 
 namespace flashcheck {
 
+namespace {
+
+// An element of `items`, uniformly, whatever RapidCheck's size, and shrinking
+// toward the first. (This RapidCheck's gen::elementOf never shrinks, and
+// gen::inRange narrows its range at small sizes; a fixed size of 100 keeps
+// inRange's full range and its shrinking.)
+template <typename T>
+rc::Gen<T> element_of(std::vector<T> items) {
+  if (items.empty()) throw rc::GenerationFailure("no element to pick");
+  const std::size_t count = items.size();
+  return rc::gen::map(rc::gen::resize(100, rc::gen::inRange<std::size_t>(0, count)),
+                      [items = std::move(items)](std::size_t i) { return items[i]; });
+}
+
+}  // namespace
+
+
 rc::Gen<std::int64_t> gen_seqlen(std::int64_t max) {
   std::vector<std::int64_t> edges;
   for (std::int64_t len : {0, 1, 2, 3, 7, 13, 16, 17, 31, 32, 33, 47}) edges.push_back(std::min(len, max));
   return rc::gen::weightedOneOf<std::int64_t>({
-      {3, rc::gen::elementOf(edges)},
+      {3, element_of(edges)},
       {2, rc::gen::inRange<std::int64_t>(0, max + 1)},
   });
 }
@@ -34,7 +51,7 @@ rc::Gen<ValueDist> gen_value_dist(bool allow_special_values) {
       {1, just(ValueDist{ValueFamily::near_overflow, {300.0, 0.25}})},
       {1, just(ValueDist{ValueFamily::subnormal, {}})},
       {1, just(ValueDist{ValueFamily::ties, {3.0}})},
-      {1, rc::gen::map(rc::gen::elementOf(std::vector<double>{5.0, 17.5, 30.0, 90.0}),
+      {1, rc::gen::map(element_of(std::vector<double>{5.0, 17.5, 30.0, 90.0}),
                        [](double gap) { return ValueDist{ValueFamily::dominant, {gap}}; })},
       {1, just(ValueDist{ValueFamily::late_max, {16.0, 8.0}})},
   };
@@ -43,7 +60,7 @@ rc::Gen<ValueDist> gen_value_dist(bool allow_special_values) {
   // elementOf shrinks toward the front, i.e. toward plain normal values.
   std::vector<rc::Gen<ValueDist>> pool;
   for (const auto& [weight, generator] : choices) pool.insert(pool.end(), weight, generator);
-  return rc::gen::join(rc::gen::elementOf(pool));
+  return rc::gen::join(element_of(pool));
 }
 
 rc::Gen<Problem> gen_problem(const ProblemLimits& limits) {
@@ -51,7 +68,7 @@ rc::Gen<Problem> gen_problem(const ProblemLimits& limits) {
     Problem p;
     p.batch = *rc::gen::inRange<std::int64_t>(1, limits.max_batch + 1);
     p.heads_kv = *rc::gen::inRange<std::int64_t>(1, limits.max_heads_kv + 1);
-    const std::int64_t group = *rc::gen::elementOf(std::vector<std::int64_t>{1, 1, 2, 4, 8});
+    const std::int64_t group = *element_of(std::vector<std::int64_t>{1, 1, 2, 4, 8});
     p.heads_q = p.heads_kv * std::min(group, limits.max_group);
     p.seqlen_q = *gen_seqlen(limits.max_seqlen);
     p.seqlen_kv = *gen_seqlen(limits.max_seqlen);
@@ -63,7 +80,7 @@ rc::Gen<Problem> gen_problem(const ProblemLimits& limits) {
     }
     const std::int64_t max_d = limits.max_head_dim;
     p.head_dim = *rc::gen::weightedOneOf<std::int64_t>(
-        {{3, rc::gen::elementOf(std::vector<std::int64_t>{1, 8, 16, 32, std::min<std::int64_t>(64, max_d)})},
+        {{3, element_of(std::vector<std::int64_t>{1, 8, 16, 32, std::min<std::int64_t>(64, max_d)})},
          {1, rc::gen::inRange<std::int64_t>(1, max_d + 1)}});
     p.head_dim_v = *rc::gen::weightedOneOf<std::int64_t>(
         {{3, rc::gen::just(p.head_dim)}, {1, rc::gen::inRange<std::int64_t>(1, max_d + 1)}});
@@ -130,7 +147,7 @@ rc::Gen<std::int64_t> gen_length(std::int64_t tile, std::int64_t multiple, std::
   if (usable.empty()) usable.push_back(round_up(1, multiple));
   const std::int64_t top = std::max<std::int64_t>(1, std::min<std::int64_t>(max, 4 * tile));
   return rc::gen::weightedOneOf<std::int64_t>({
-      {3, rc::gen::elementOf(usable)},
+      {3, element_of(usable)},
       {2, rc::gen::map(rc::gen::inRange<std::int64_t>(1, top + 1),
                        [multiple](std::int64_t n) { return round_up(n, multiple); })},
   });
@@ -198,7 +215,7 @@ bool draw_long_context(Problem& p, const Capabilities& caps, const DomainLimits&
     if (sq <= caps.max_seqlen_q && skv <= caps.max_seqlen_kv) usable.emplace_back(sq, skv);
   }
   if (usable.empty()) return false;
-  std::tie(p.seqlen_q, p.seqlen_kv) = *rc::gen::elementOf(usable);
+  std::tie(p.seqlen_q, p.seqlen_kv) = *element_of(usable);
   p.batch = 1;
   p.lens_q.clear();
   p.lens_kv.clear();
@@ -235,7 +252,7 @@ bool draw_long_context(Problem& p, const Capabilities& caps, const DomainLimits&
 // has both a query and a key: sq = 0, skv = 0 (every row fully masked), both,
 // or a padded batch whose sequences each lack one or the other.
 void draw_vacuous_lengths(Problem& p, const Capabilities& caps, std::int64_t max_q, std::int64_t max_kv) {
-  const std::int64_t shape = *rc::gen::elementOf(caps.varlen ? std::vector<std::int64_t>{0, 1, 2, 3}
+  const std::int64_t shape = *element_of(caps.varlen ? std::vector<std::int64_t>{0, 1, 2, 3}
                                                              : std::vector<std::int64_t>{0, 1, 2});
   const auto length = [](std::int64_t tile, std::int64_t multiple, std::int64_t max) {
     return *gen_length(tile, multiple, max);
@@ -281,7 +298,7 @@ rc::Gen<ValueDist> gen_values_for(DType storage, DType compute, std::int64_t til
       {1, just(ValueDist{ValueFamily::near_overflow, {1000.0, v_frac}})},
       {1, just(ValueDist{ValueFamily::subnormal, {}})},
       {1, rc::gen::map(rc::gen::inRange(1, 5), [](int distinct) { return ValueDist{ValueFamily::ties, {double(distinct)}}; })},
-      {3, rc::gen::map(rc::gen::pair(rc::gen::elementOf(kUnderflowGaps), rc::gen::element(-0.01, 0.0, 0.01)),
+      {3, rc::gen::map(rc::gen::pair(element_of(kUnderflowGaps), rc::gen::element(-0.01, 0.0, 0.01)),
                        [](auto gap) { return ValueDist{ValueFamily::dominant, {gap.first + gap.second}}; })},
       {2, rc::gen::map(rc::gen::inRange(2, 25),
                        [tile_kv](int gap) { return ValueDist{ValueFamily::late_max, {double(tile_kv), double(gap)}}; })},
@@ -293,7 +310,7 @@ rc::Gen<ValueDist> gen_values_for(DType storage, DType compute, std::int64_t til
                                        [](double p) { return ValueDist{ValueFamily::nan_inf, {p}}; })});
   std::vector<rc::Gen<ValueDist>> pool;
   for (const auto& [weight, generator] : choices) pool.insert(pool.end(), weight, generator);
-  return rc::gen::join(rc::gen::elementOf(pool));
+  return rc::gen::join(element_of(pool));
 }
 
 namespace {
@@ -334,7 +351,7 @@ rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& li
     return rc::gen::exec([caps, limits] {
       const std::vector<Problem>& pool = problem_pool(caps, limits);
       RC_PRE(!pool.empty());
-      Problem p = *rc::gen::elementOf(pool);
+      Problem p = *element_of(pool);
       // The geometry is the pool's; the data are new in every case.
       p.geometry_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
       p.data_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
@@ -353,16 +370,16 @@ rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& li
     for (Layout l : {Layout::bhsd, Layout::bshd})
       if (caps.layouts.contains(l)) layouts.push_back(l);
     RC_PRE(!dtypes.empty() && !masks.empty() && !layouts.empty());
-    p.dtype = *rc::gen::elementOf(dtypes);
-    p.mask = *rc::gen::elementOf(masks);
-    p.layout = *rc::gen::elementOf(layouts);
+    p.dtype = *element_of(dtypes);
+    p.mask = *element_of(masks);
+    p.layout = *element_of(layouts);
 
     // Head dims: the listed ones, or the common ones and odd ones in the range.
     if (caps.head_dims[0] != 0) {
       std::vector<std::int64_t> listed;
       for (auto d : caps.head_dims)
         if (d != 0) listed.push_back(d);
-      p.head_dim = *rc::gen::elementOf(listed);
+      p.head_dim = *element_of(listed);
     } else {
       const std::int64_t lo = caps.min_head_dim, hi = std::min(caps.max_head_dim, limits.max_head_dim);
       std::vector<std::int64_t> common;
@@ -370,7 +387,7 @@ rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& li
         if (d >= lo && d <= hi) common.push_back(d);
       p.head_dim = common.empty() ? *rc::gen::inRange(lo, hi + 1)
                                   : *rc::gen::weightedOneOf<std::int64_t>(
-                                        {{3, rc::gen::elementOf(common)}, {1, rc::gen::inRange(lo, hi + 1)}});
+                                        {{3, element_of(common)}, {1, rc::gen::inRange(lo, hi + 1)}});
     }
     p.head_dim_v = p.head_dim;
     if (!caps.head_dim_v_equal && one_in(4))
@@ -502,7 +519,7 @@ rc::Gen<std::pair<std::int64_t, std::int64_t>> gen_grouped_heads(const Capabilit
     shapes.push_back(rc::gen::map(rc::gen::inRange<std::int64_t>(2, 4),
                                   [ratio](std::int64_t kv) { return Heads{kv * ratio, kv}; }));
   shapes.push_back(rc::gen::map(rc::gen::element<std::int64_t>(2, 4, 8), [](std::int64_t q) { return Heads{q, 1}; }));
-  return rc::gen::join(rc::gen::elementOf(shapes));
+  return rc::gen::join(element_of(shapes));
 }
 
 namespace {
