@@ -183,20 +183,16 @@ KokkosTiling fit(const Problem& p, KokkosTiling tiling) {
   return tiling;
 }
 
-template <class Space, class Acc>
-AttentionRows online_softmax(const Problem& p, const Inputs& in, const RowSet& rows, KokkosTiling requested) {
-  const KokkosTiling tiling = fit<Space, Acc>(p, requested);
-  const std::int64_t nrows = rows.size();
-  AttentionRows out(p, rows);
-  if (nrows == 0 || p.batch == 0) return out;
-
-  Kokkos::View<std::int64_t*, Space> position("position", extent(nrows)), len_q("len_q", extent(p.batch)),
-      len_kv("len_kv", extent(p.batch));
-  {
+// The compared rows' positions and the per-sequence lengths, in the space's memory.
+template <class Space>
+struct RowGeometry {
+  Kokkos::View<std::int64_t*, Space> position, len_q, len_kv;
+  RowGeometry(const Problem& p, const RowSet& rows)
+      : position("position", extent(rows.size())), len_q("len_q", extent(p.batch)), len_kv("len_kv", extent(p.batch)) {
     auto position_host = Kokkos::create_mirror_view(position);
     auto len_q_host = Kokkos::create_mirror_view(len_q);
     auto len_kv_host = Kokkos::create_mirror_view(len_kv);
-    for (std::int64_t r = 0; r < nrows; ++r) position_host(r) = rows.rows[r];
+    for (std::int64_t r = 0; r < rows.size(); ++r) position_host(r) = rows.rows[r];
     for (std::int64_t b = 0; b < p.batch; ++b) {
       len_q_host(b) = p.len_q(b);
       len_kv_host(b) = p.len_kv(b);
@@ -205,6 +201,19 @@ AttentionRows online_softmax(const Problem& p, const Inputs& in, const RowSet& r
     Kokkos::deep_copy(len_q, len_q_host);
     Kokkos::deep_copy(len_kv, len_kv_host);
   }
+};
+
+template <class Space, class Acc>
+AttentionRows online_softmax(const Problem& p, const Inputs& in, const RowSet& rows, KokkosTiling requested) {
+  const KokkosTiling tiling = fit<Space, Acc>(p, requested);
+  const std::int64_t nrows = rows.size();
+  AttentionRows out(p, rows);
+  if (nrows == 0 || p.batch == 0) return out;
+
+  const RowGeometry<Space> geometry(p, rows);
+  // Copies of the handles, so that the device lambdas capture views, not the struct.
+  const Kokkos::View<std::int64_t*, Space> position = geometry.position, len_q = geometry.len_q,
+                                           len_kv = geometry.len_kv;
 
   auto kernel = make_kernel<Space, Acc>(p, nrows, tiling);
   kernel.q = stage<Space, Acc>(in.q, "q", position, nrows);
@@ -270,21 +279,10 @@ AttentionRows plain_rounded(const Problem& p, const Inputs& in, const RowSet& ro
   const std::int64_t nrows = rows.size();
   AttentionRows out(p, rows);
   if (nrows == 0 || p.batch == 0) return out;
-  Kokkos::View<std::int64_t*, Space> position("position", extent(nrows)), len_q("len_q", extent(p.batch)),
-      len_kv("len_kv", extent(p.batch));
-  {
-    auto position_host = Kokkos::create_mirror_view(position);
-    auto len_q_host = Kokkos::create_mirror_view(len_q);
-    auto len_kv_host = Kokkos::create_mirror_view(len_kv);
-    for (std::int64_t r = 0; r < nrows; ++r) position_host(r) = rows.rows[r];
-    for (std::int64_t b = 0; b < p.batch; ++b) {
-      len_q_host(b) = p.len_q(b);
-      len_kv_host(b) = p.len_kv(b);
-    }
-    Kokkos::deep_copy(position, position_host);
-    Kokkos::deep_copy(len_q, len_q_host);
-    Kokkos::deep_copy(len_kv, len_kv_host);
-  }
+  const RowGeometry<Space> geometry(p, rows);
+  // Copies of the handles, so that the device lambdas capture views, not the struct.
+  const Kokkos::View<std::int64_t*, Space> position = geometry.position, len_q = geometry.len_q,
+                                           len_kv = geometry.len_kv;
   ka::PlainRoundedAttention<Space> kernel;
   kernel.g = {p.batch, p.heads_q, p.heads_kv, p.group_size(), nrows, p.head_dim, p.head_dim_v, p.seqlen_kv};
   kernel.mask = mask_spec(p);
