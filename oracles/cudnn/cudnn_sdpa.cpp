@@ -27,13 +27,24 @@
 // behaviour before, for comparison).
 //
 // A kernel cache lives as long as its process, and the suite runs each
-// property in a process of its own. With FLASHCHECK_CUDNN_KERNEL_CACHE_DIR set,
+// property in a process of its own. With FLASHCHECK_CUDNN_CACHE_DIR set,
 // each topology's cache is written there after its first build (JSON,
 // cuDNN 9.10 or newer; a folder per cuDNN version, frontend version and
 // compute capability; written to a temporary file and renamed, so concurrent
 // processes never read half a file) and read back by the next process that
 // meets the topology. A file that cuDNN will not read or build with is set
 // aside for a fresh cache, with the reason counted.
+//
+// Where cuDNN refuses dynamic shapes (9.14's SDPA engines do), every new
+// geometry compiles its own kernel: 0.7 s each on an H100, 89 of them in the
+// quick tier's Gpu_cudnn (62 of its 67 s). So, in the same folder, each plain
+// graph's built plan is serialized (Graph::serialize, which carries the
+// runtime-compiled kernel) to a file named by a hash of its geometry, the
+// geometry written first in the file so that a collision reads as a miss; the
+// next process that meets the geometry deserializes the plan instead of
+// compiling it. A plan file cuDNN will not load is rebuilt and rewritten, with
+// the reason counted. The first run on a machine compiles; later runs of the
+// same build (and of any build with the same cuDNN, frontend and GPU) do not.
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 #include <fmt/format.h>
@@ -45,6 +56,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <map>
 #include <memory>
@@ -116,7 +128,7 @@ struct BuildOutcome {
 // One topology's kernel cache, and what became of it.
 struct Topology {
   std::shared_ptr<fe::KernelCache> kernel_cache = std::make_shared<fe::KernelCache>();
-  bool from_file = false;  // kernel_cache was read from FLASHCHECK_CUDNN_KERNEL_CACHE_DIR
+  bool from_file = false;  // kernel_cache was read from FLASHCHECK_CUDNN_CACHE_DIR
   std::int64_t dynamic_builds = 0;
   std::string static_only;  // why this topology now builds plain graphs only (empty: it does not)
 };
@@ -130,6 +142,8 @@ struct GraphCounters {
   std::int64_t revision_checked = 0, revision_hits = 0;  // warm builds the cache's own counter vouches for
   std::int64_t build_fallbacks = 0, execute_fallbacks = 0, refusals = 0;
   std::int64_t files_read = 0, files_written = 0, file_builds = 0;  // file_builds: first builds on a cache read from a file
+  std::int64_t plans_read = 0, plans_written = 0, plans_rejected = 0;  // serialized plain graphs (plan files)
+  double plans_read_ms = 0;
   std::vector<std::string> fallback_reasons;  // the first few distinct ones (file problems included)
 };
 
@@ -154,6 +168,9 @@ std::string dynamic_shapes_off_reason() {
 
 class CudnnSdpa final : public gpu::GpuSubject {
  public:
+  CudnnSdpa() = default;
+  /// A subject whose kernel caches and plan files live in `cache_dir` ("" for none).
+  explicit CudnnSdpa(std::string cache_dir) : cache_dir_(std::move(cache_dir)) {}
   std::string_view name() const override { return "cudnn"; }
   std::string_view description() const override {
     return "cuDNN fused attention (SDPA) through the cuDNN frontend graph API";
@@ -198,6 +215,9 @@ class CudnnSdpa final : public gpu::GpuSubject {
     if (!cache_dir_.empty())
       line += fmt::format("; kernel-cache files in {}: {} read, {} written, {} first build(s) on a cache read from a file",
                           cache_dir_, c.files_read, c.files_written, c.file_builds);
+    if (!cache_dir_.empty())
+      line += fmt::format("; plan files: {} read (mean {}) instead of compiled, {} written, {} rejected", c.plans_read,
+                          mean(c.plans_read_ms, c.plans_read), c.plans_written, c.plans_rejected);
     if (!dynamic_off_.empty()) line += "; dynamic shapes off: " + dynamic_off_;
     for (const std::string& reason : c.fallback_reasons) line += "; note: " + reason;
     return line;
@@ -227,15 +247,98 @@ class CudnnSdpa final : public gpu::GpuSubject {
                        p.window_right < 0 ? "none" : (p.window_right == 0 ? "zero" : "set"), p.padded());
   }
 
+  // The folder of this cuDNN, frontend and GPU's files ("" without a cache folder).
+  std::filesystem::path version_folder() const {
+    if (cache_dir_.empty()) return {};
+    return std::filesystem::path(cache_dir_) /
+           fmt::format("cudnn{}-fe{}-sm{}", cudnnGetVersion(), CUDNN_FRONTEND_VERSION, gpu::device_compute_capability());
+  }
+
   // The file of a topology's kernel cache ("" without a cache folder).
   std::filesystem::path cache_file(const std::string& topology) const {
     if (cache_dir_.empty()) return {};
     std::string name = topology;
     for (char& c : name)
       if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') c = '_';
-    return std::filesystem::path(cache_dir_) /
-           fmt::format("cudnn{}-fe{}-sm{}", cudnnGetVersion(), CUDNN_FRONTEND_VERSION, gpu::device_compute_capability()) /
-           (name + ".json");
+    return version_folder() / (name + ".json");
+  }
+
+  // The file of a geometry's serialized plan ("" without a cache folder):
+  // named by the geometry's FNV-1a hash (stable across processes and builds,
+  // unlike std::hash).
+  std::filesystem::path plan_file(const std::string& geometry) const {
+    if (cache_dir_.empty()) return {};
+    std::uint64_t hash = 14695981039346656037ull;
+    for (unsigned char c : geometry) hash = (hash ^ c) * 1099511628211ull;
+    return version_folder() / "plans" / fmt::format("{:016x}.plan", hash);
+  }
+
+  // Writes `bytes` to `file` through a temporary file and a rename, so that a
+  // concurrent reader never sees half a file. Returns the error, if any.
+  static std::error_code write_atomically(const std::filesystem::path& file, std::string_view bytes) {
+    std::error_code error;
+    std::filesystem::create_directories(file.parent_path(), error);
+    if (error) return error;
+    const std::filesystem::path temporary = file.string() + fmt::format(".{}.tmp", static_cast<long>(getpid()));
+    {
+      std::ofstream stream(temporary, std::ios::binary | std::ios::trunc);
+      stream.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      if (!stream.flush()) error = std::make_error_code(std::errc::io_error);
+    }
+    if (!error) std::filesystem::rename(temporary, file, error);
+    if (error) {
+      std::error_code ignored;
+      std::filesystem::remove(temporary, ignored);
+    }
+    return error;
+  }
+
+  // The plain graph of a geometry from its plan file: std::nullopt where
+  // there is none, it belongs to another geometry, or cuDNN will not load it.
+  std::optional<CachedGraph> read_plan(const std::string& geometry) {
+    const std::filesystem::path file = plan_file(geometry);
+    std::error_code ignored;
+    if (file.empty() || !std::filesystem::exists(file, ignored)) return std::nullopt;
+    const auto start = Clock::now();
+    std::ifstream stream(file, std::ios::binary);
+    std::string header;
+    std::getline(stream, header);
+    if (!stream || header != geometry) return std::nullopt;  // a hash collision (or a torn file): a miss
+    const std::vector<std::uint8_t> blob{std::istreambuf_iterator<char>(stream), std::istreambuf_iterator<char>()};
+    CachedGraph cached{std::make_shared<fe::graph::Graph>(), 0, false};
+    fe::error_t status;
+    try {
+      status = cached.graph->deserialize(handle_, blob);
+      if (status.is_good()) status = cached.graph->get_workspace_size(cached.workspace_bytes);
+    } catch (const std::exception& thrown) {  // a blob the JSON parser rejects
+      status = {fe::error_code_t::INVALID_VALUE, thrown.what()};
+    }
+    if (!status.is_good()) {
+      ++counters_.plans_rejected;
+      note_fallback(fmt::format("plan file {} not loaded ({}): rebuilt", file.string(), status.get_message()));
+      return std::nullopt;
+    }
+    ++counters_.plans_read;
+    counters_.plans_read_ms += ms_since(start);
+    return cached;
+  }
+
+  // Writes a plain graph's built plan to its geometry's plan file.
+  void write_plan(const std::string& geometry, const CachedGraph& cached) {
+    const std::filesystem::path file = plan_file(geometry);
+    if (file.empty()) return;
+    std::vector<std::uint8_t> blob;
+    if (fe::error_t status = cached.graph->serialize(blob, false); !status.is_good()) {
+      note_fallback(fmt::format("plan not serialized: {}", status.get_message()));
+      return;
+    }
+    std::string bytes = geometry + "\n";
+    bytes.append(blob.begin(), blob.end());
+    if (const std::error_code error = write_atomically(file, bytes)) {
+      note_fallback(fmt::format("plan file {} not written: {}", file.string(), error.message()));
+      return;
+    }
+    ++counters_.plans_written;
   }
 
   // A new topology's kernel cache: read from its file when there is one.
@@ -266,17 +369,7 @@ class CudnnSdpa final : public gpu::GpuSubject {
       note_fallback(fmt::format("[{}] kernel cache not written: {}", key, status.get_message()));
       return;
     }
-    std::error_code error;
-    std::filesystem::create_directories(file.parent_path(), error);
-    const std::filesystem::path temporary = file.string() + fmt::format(".{}.tmp", static_cast<long>(getpid()));
-    {
-      std::ofstream stream(temporary, std::ios::binary | std::ios::trunc);
-      stream << json;
-      if (!stream.flush()) error = std::make_error_code(std::errc::io_error);
-    }
-    if (!error) std::filesystem::rename(temporary, file, error);
-    if (error) {
-      std::filesystem::remove(temporary, error);
+    if (const std::error_code error = write_atomically(file, json)) {
       note_fallback(fmt::format("[{}] kernel cache not written to {}: {}", key, file.string(), error.message()));
       return;
     }
@@ -368,12 +461,17 @@ class CudnnSdpa final : public gpu::GpuSubject {
     }
   }
 
+  // The plain graph of a geometry: from its plan file when there is one,
+  // else built (and its plan written to the file).
   BuildOutcome build_static(const Problem& p, const gpu::AttentionArgs& a) {
+    const std::string geometry = key(p, a);
+    if (std::optional<CachedGraph> read = read_plan(geometry)) return {read, {}};
     const auto start = Clock::now();
     BuildOutcome outcome = try_build(p, a, nullptr);
     if (outcome.built) {
       ++counters_.static_builds;
       counters_.static_ms += ms_since(start);
+      write_plan(geometry, *outcome.built);
     }
     return outcome;
   }
@@ -530,7 +628,7 @@ class CudnnSdpa final : public gpu::GpuSubject {
 
   std::string dynamic_off_ = dynamic_shapes_off_reason();  // set for the process when cuDNN refuses them outright
   const std::string cache_dir_ = [] {
-    const char* folder = std::getenv("FLASHCHECK_CUDNN_KERNEL_CACHE_DIR");
+    const char* folder = std::getenv("FLASHCHECK_CUDNN_CACHE_DIR");
     return std::string(folder ? folder : "");
   }();
   mutable std::mutex mutex_;
@@ -544,6 +642,10 @@ class CudnnSdpa final : public gpu::GpuSubject {
 SubjectRegistration<CudnnSdpa> registration;
 
 }  // namespace
+
+std::unique_ptr<Subject> cudnn_testing::make_subject(const std::string& cache_dir) {
+  return std::make_unique<CudnnSdpa>(cache_dir);
+}
 
 void cudnn_testing::fail_dynamic_path(int builds, int executes) {
   injected_build_failures = builds;

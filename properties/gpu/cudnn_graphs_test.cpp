@@ -8,7 +8,12 @@
 // under ctest). GPU only; SKIPPED without one.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "core/gpu/device_info.hpp"
@@ -22,7 +27,7 @@ namespace {
 
 // The cudnn subject, or why this machine cannot run it.
 Subject* cudnn_here(std::string* why) {
-  unsetenv("FLASHCHECK_CUDNN_KERNEL_CACHE_DIR");  // this process's caches only (read when the subject is made)
+  unsetenv("FLASHCHECK_CUDNN_CACHE_DIR");  // this process's caches only (read when the subject is made)
   const GpuInventory inventory = gpu_devices();
   if (inventory.devices.empty()) {
     *why = "no GPU: " + inventory.note;
@@ -66,7 +71,7 @@ TEST(GpuCudnnGraphs, GeometriesOfOneTopologyShareAKernelCacheAndAgreeWithTheOrac
   // the answers were checked above, the kernel cache cannot be.
   if (stats.find("dynamic shapes: cuDNN refused") != std::string::npos)
     GTEST_SKIP() << "this cuDNN refuses dynamic shapes for SDPA, so its kernel cache is not exercised: " << stats;
-  if (cudnn->version_info().find("dynamic shapes") != std::string::npos) {
+  if (cudnn->version_info().find("dynamic shapes with a kernel cache") != std::string::npos) {
     // No fallback: the four geometries were built with dynamic shapes, the
     // first compiled, the other three on the topology's kernel cache.
     EXPECT_NE(stats.find("graphs built: 4 with dynamic shapes (1 first of their topology (1 topology met)"),
@@ -81,7 +86,9 @@ TEST(GpuCudnnGraphs, AFailedDynamicShapePathFallsBackToThePerGeometryGraph) {
   std::string why;
   Subject* cudnn = cudnn_here(&why);
   if (!cudnn) GTEST_SKIP() << why;
-  if (cudnn->version_info().find("dynamic shapes") == std::string::npos)
+  // version_info() names the graphs it builds: "dynamic shapes with a kernel
+  // cache per topology", or "per-geometry graphs (why)" once they are off.
+  if (cudnn->version_info().find("dynamic shapes with a kernel cache") == std::string::npos)
     GTEST_SKIP() << "dynamic shapes are off here: " << cudnn->version_info();
   // A build refused with dynamic shapes: the per-geometry graph answers, and
   // its topology, which never built with dynamic shapes, keeps to them.
@@ -104,6 +111,80 @@ TEST(GpuCudnnGraphs, AFailedDynamicShapePathFallsBackToThePerGeometryGraph) {
   stats = cudnn->stats();
   std::printf("stats: %s\n", stats.c_str());
   EXPECT_NE(stats.find("fallbacks: 1 at build, 1 at execute"), std::string::npos) << stats;
+}
+
+// The count in stats() after `label` ("plan files: 2 read"), or -1.
+long stat_count(const std::string& stats, const std::string& label) {
+  const std::size_t at = stats.find(label);
+  if (at == std::string::npos) return -1;
+  std::size_t begin = at + label.size();
+  return std::strtol(stats.c_str() + begin, nullptr, 10);
+}
+
+TEST(GpuCudnnGraphs, APlanFileWrittenByOneProcessIsLoadedByTheNextInsteadOfCompiled) {
+  std::string why;
+  if (!cudnn_here(&why)) GTEST_SKIP() << why;
+  const std::filesystem::path folder =
+      std::filesystem::temp_directory_path() / ("flashcheck-cudnn-plans-" + std::to_string(getpid()));
+  std::filesystem::remove_all(folder);
+  // Two geometries the dynamic path cannot take (plain graphs wherever cuDNN
+  // refuses dynamic shapes): a window mask and a padded batch.
+  const char* lines[] = {
+      "b=2 hq=4 hkv=2 sq=70 skv=90 d=64 dtype=bf16 mask=window window=20,0 dseed=11",
+      "b=3 hq=2 sq=40 skv=64 lens_q=40,17,3 lens_kv=64,30,9 d=128 dtype=f16 mask=none dseed=12",
+  };
+  JudgeOptions keep;
+  keep.keep_outputs = true;
+  std::vector<CaseResult> first;
+  {
+    const auto writer = cudnn_testing::make_subject(folder.string());
+    for (const char* line : lines) {
+      first.push_back(judge(*writer, parse_problem(line), keep));
+      ASSERT_TRUE(first.back().passed()) << explain(first.back());
+    }
+    std::printf("first process: %s\n", writer->stats().c_str());
+    if (writer->stats().find("with dynamic shapes (0 first") == std::string::npos)
+      GTEST_SKIP() << "this cuDNN built these with dynamic shapes; plan files hold plain graphs only: "
+                   << writer->stats();
+    EXPECT_EQ(stat_count(writer->stats(), "instead of compiled, "), 2) << writer->stats();
+  }
+  {
+    // The next process: both plans loaded, nothing compiled, the same bits.
+    const auto reader = cudnn_testing::make_subject(folder.string());
+    for (std::size_t n = 0; n < 2; ++n) {
+      const CaseResult again = judge(*reader, parse_problem(lines[n]), keep);
+      ASSERT_TRUE(again.passed()) << explain(again);
+      EXPECT_EQ(again.outputs.o, first[n].outputs.o) << lines[n];
+      ASSERT_EQ(again.outputs.lse.size(), first[n].outputs.lse.size());
+      EXPECT_EQ(std::memcmp(again.outputs.lse.data(), first[n].outputs.lse.data(),
+                            again.outputs.lse.size() * sizeof(float)),
+                0)
+          << lines[n];
+    }
+    const std::string stats = reader->stats();
+    std::printf("second process: %s\n", stats.c_str());
+    EXPECT_EQ(stat_count(stats, "plan files: "), 2) << stats;
+    EXPECT_NE(stats.find("0 per-geometry"), std::string::npos) << stats;
+  }
+  {
+    // A plan file cuDNN cannot load (its blob truncated): rebuilt, rewritten, right.
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(folder))
+      if (entry.path().extension() == ".plan") {
+        const auto size = std::filesystem::file_size(entry.path());
+        std::filesystem::resize_file(entry.path(), size / 2);
+      }
+    const auto damaged = cudnn_testing::make_subject(folder.string());
+    for (const char* line : lines) {
+      const CaseResult result = judge(*damaged, parse_problem(line), keep);
+      EXPECT_TRUE(result.passed()) << explain(result);
+    }
+    const std::string stats = damaged->stats();
+    std::printf("damaged files: %s\n", stats.c_str());
+    EXPECT_EQ(stat_count(stats, "plan files: "), 0) << stats;
+    EXPECT_NE(stats.find("2 rejected"), std::string::npos) << stats;
+    EXPECT_NE(stats.find("2 per-geometry"), std::string::npos) << stats;
+  }
+  std::filesystem::remove_all(folder);
 }
 
 }  // namespace
