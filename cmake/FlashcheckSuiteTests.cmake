@@ -1,12 +1,16 @@
 # flashcheck_discover_tests(TARGET [PER_SUITE] [PREFIX p] [SUITE_REGEX re]
 #                           [LABELS ...] [ENVIRONMENT ...] [PROCESSORS n]
-#                           [RESOURCE_GROUPS g] [TIMEOUT s])
+#                           [RESOURCE_GROUPS g] [TIMEOUT s]
+#                           [SHARD_SUITES re SHARDS n])
 #
 # GoogleTest discovery, at ctest start-up (`TARGET --gtest_list_tests`, which
 # touches no GPU), of the suites whose name matches SUITE_REGEX:
 #   - one ctest test "<p><Suite>.<Test>" per test (the default), or
 #   - with PER_SUITE, one test "<p><Suite>" per suite, running `--gtest_filter=<Suite>.*`
-#     in one process (the gpu-quick tier: one process per subject).
+#     in one process (the gpu-quick tier: one process per subject);
+#     a suite that matches SHARD_SUITES is split into SHARDS tests "<p><Suite>/<i>",
+#     GoogleTest's own sharding (GTEST_TOTAL_SHARDS, GTEST_SHARD_INDEX) dealing
+#     its tests out (Gpu_cudnn: its graphs compile on the CPU, 0.5 s each).
 # It replaces gtest_discover_tests, whose PROPERTIES cannot carry lists (several
 # labels, several environment variables) in CMake 3.25. The subject suite
 # registers its suites at run time (one per registered subject), which is why
@@ -14,7 +18,7 @@
 # GPU, too old an architecture, a missing dependency) is reported SKIPPED,
 # never passed.
 function(flashcheck_discover_tests target)
-  cmake_parse_arguments(arg "PER_SUITE" "PREFIX;SUITE_REGEX;RESOURCE_GROUPS;PROCESSORS;TIMEOUT"
+  cmake_parse_arguments(arg "PER_SUITE" "PREFIX;SUITE_REGEX;RESOURCE_GROUPS;PROCESSORS;TIMEOUT;SHARD_SUITES;SHARDS"
                         "LABELS;ENVIRONMENT" ${ARGN})
   if(NOT arg_SUITE_REGEX)
     set(arg_SUITE_REGEX ".")
@@ -33,10 +37,24 @@ function(flashcheck_discover_tests target)
   if(arg_RESOURCE_GROUPS)
     string(APPEND properties " RESOURCE_GROUPS \"${arg_RESOURCE_GROUPS}\"")
   endif()
+  # A shard's test: the same properties, its shard in the environment.
+  string(REPLACE "ENVIRONMENT \"${environment}\"" "ENVIRONMENT \"${environment};GTEST_TOTAL_SHARDS=${arg_SHARDS};GTEST_SHARD_INDEX=\${shard}\""
+         shard_properties "${properties}")
+  if(NOT arg_SHARD_SUITES OR NOT arg_SHARDS)
+    set(arg_SHARD_SUITES "^$")
+    set(arg_SHARDS 1)
+  endif()
+  math(EXPR last_shard "${arg_SHARDS} - 1")
   if(arg_PER_SUITE)
     set(add "
   list(FIND added \"\${suite}\" seen)
-  if(seen EQUAL -1)
+  if(seen EQUAL -1 AND suite MATCHES \"${arg_SHARD_SUITES}\")
+    list(APPEND added \"\${suite}\")
+    foreach(shard RANGE ${last_shard})
+      add_test(\"${arg_PREFIX}\${suite}/\${shard}\" \"$<TARGET_FILE:${target}>\" \"--gtest_filter=\${suite}.*\")
+      set_tests_properties(\"${arg_PREFIX}\${suite}/\${shard}\" PROPERTIES ${shard_properties})
+    endforeach()
+  elseif(seen EQUAL -1)
     list(APPEND added \"\${suite}\")
     add_test(\"${arg_PREFIX}\${suite}\" \"$<TARGET_FILE:${target}>\" \"--gtest_filter=\${suite}.*\")
     set_tests_properties(\"${arg_PREFIX}\${suite}\" PROPERTIES ${properties})
