@@ -70,6 +70,13 @@ class Accumulator {
     const double delta = error - mean_error_;
     mean_error_ += delta / static_cast<double>(stats.count);
     m2_error_ += delta * (error - mean_error_);
+    if (want != 0) {
+      const double outward = want > 0 ? error : -error;
+      ++stats.magnitude_count;
+      const double step = outward - mean_outward_;
+      mean_outward_ += step / static_cast<double>(stats.magnitude_count);
+      m2_outward_ += step * (outward - mean_outward_);
+    }
     stats.ref_max_abs = std::max(stats.ref_max_abs, std::fabs(want));
     if (want != 0) stats.max_rel = std::max(stats.max_rel, abs_error / std::fabs(want));
     const double ulps = ulp_distance(dtype_, got, want);
@@ -94,11 +101,9 @@ class Accumulator {
       stats.normwise_rel = sum_sq_ref_ > 0 ? std::sqrt(sum_sq_error_ / sum_sq_ref_)
                                            : (sum_sq_error_ > 0 ? std::numeric_limits<double>::infinity() : 0.0);
       stats.mean_signed = mean_error_;
-      if (stats.count > 1) {
-        const double standard_error = std::sqrt(m2_error_ / (n - 1) / n);
-        if (standard_error > 0) stats.bias_t = stats.mean_signed / standard_error;
-        else if (stats.mean_signed != 0) stats.bias_t = std::copysign(std::numeric_limits<double>::infinity(), stats.mean_signed);
-      }
+      stats.bias_t = t_statistic(mean_error_, m2_error_, stats.count);
+      stats.mean_magnitude = mean_outward_;
+      stats.magnitude_t = t_statistic(mean_outward_, m2_outward_, stats.magnitude_count);
       stats.p50 = percentile(abs_errors_, 0.5);
       stats.p99 = percentile(abs_errors_, 0.99);
       stats.p999 = percentile(abs_errors_, 0.999);
@@ -129,6 +134,17 @@ class Accumulator {
   std::vector<double> abs_errors_, ulp_errors_;
   double sum_sq_error_ = 0, sum_sq_ref_ = 0;
   double mean_error_ = 0, m2_error_ = 0;
+  double mean_outward_ = 0, m2_outward_ = 0;
+
+  // The t statistic of a mean from Welford's sums over `count` values
+  // (infinite for a non-zero mean of identical values; 0 below two values).
+  static double t_statistic(double mean, double m2, std::int64_t count) {
+    if (count < 2) return 0;
+    const auto n = static_cast<double>(count);
+    const double standard_error = std::sqrt(m2 / (n - 1) / n);
+    if (standard_error > 0) return mean / standard_error;
+    return mean != 0 ? std::copysign(std::numeric_limits<double>::infinity(), mean) : 0.0;
+  }
 };
 
 }  // namespace

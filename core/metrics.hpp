@@ -50,6 +50,12 @@ struct ErrorStats {
   double p99_ulp = 0;                 // the typical worst case, robust to such flips
   double mean_signed = 0;             // mean of got - ref
   double bias_t = 0;                  // t statistic of mean_signed (|t| > 4: biased)
+  // The same over the pairs whose reference is not 0, of (got - ref) sign(ref):
+  // negative where outputs shrink toward zero (a truncating epilogue), whatever
+  // the signs of the outputs, which mean_signed averages away.
+  std::int64_t magnitude_count = 0;
+  double mean_magnitude = 0;
+  double magnitude_t = 0;
   double ref_max_abs = 0;             // scale of the reference, for the noise floor
   double ref_rms = 0;
   std::array<std::int64_t, kHistogramBins> histogram{};

@@ -36,6 +36,8 @@ nlohmann::json to_json(const ErrorStats& s) {
                       {"p99_ulp", number(s.p99_ulp)},
                       {"mean_signed", number(s.mean_signed)},
                       {"bias_t", number(s.bias_t)},
+                      {"mean_magnitude", number(s.mean_magnitude)},
+                      {"magnitude_t", number(s.magnitude_t)},
                       {"ref_max_abs", number(s.ref_max_abs)},
                       {"ref_rms", number(s.ref_rms)},
                       {"histogram_log10", s.histogram},

@@ -75,17 +75,22 @@ Verdict decide(const CaseMetrics& subject, const CaseMetrics& baseline, DType ou
   }
   // The bias check, on O: |mean signed error| (subject, baseline), gated by the
   // subject's t statistic (tolerance.hpp).
-  {
-    RuleCheck bias = check("o.bias", std::fabs(so.mean_signed), std::fabs(bo.mean_signed),
-                           kBiasFloorRoundings * std::max(unit_roundoff(out_dtype) * bo.ref_rms,
-                                                          min_subnormal(out_dtype)) +
-                               logit_noise(condition, condition.o_rms));
-    const bool significant = so.count >= kBiasMinCount && std::fabs(so.bias_t) > kBiasT;
-    const double t_ratio = so.count >= kBiasMinCount ? std::fabs(so.bias_t) / kBiasT : 0.0;
+  // The same rule on the error's component along sign(ref) ("o.bias_magnitude"):
+  // outputs that shrink toward zero (or grow) whatever their signs.
+  const double bias_floor =
+      kBiasFloorRoundings * std::max(unit_roundoff(out_dtype) * bo.ref_rms, min_subnormal(out_dtype)) +
+      logit_noise(condition, condition.o_rms);
+  const auto bias_check = [&](const char* metric, double subject_mean, double baseline_mean, double t,
+                              std::int64_t count) {
+    RuleCheck bias = check(metric, std::fabs(subject_mean), std::fabs(baseline_mean), bias_floor);
+    const bool significant = count >= kBiasMinCount && std::fabs(t) > kBiasT;
+    const double t_ratio = count >= kBiasMinCount ? std::fabs(t) / kBiasT : 0.0;
     bias.ratio = std::min(bias.ratio, t_ratio);
     bias.pass = bias.pass || !significant;
     verdict.checks.push_back(bias);
-  }
+  };
+  bias_check("o.bias", so.mean_signed, bo.mean_signed, so.bias_t, so.count);
+  bias_check("o.bias_magnitude", so.mean_magnitude, bo.mean_magnitude, so.magnitude_t, so.magnitude_count);
   verdict.census_pass = subject.o.census.mismatches == 0 && (!subject.has_lse || subject.lse.census.mismatches == 0);
 
   const RuleCheck* decisive = nullptr;
@@ -110,6 +115,16 @@ Verdict decide(const CaseMetrics& subject, const CaseMetrics& baseline, DType ou
         "(ratio {:.2f}): a systematic bias the baseline's rounding does not explain",
         so.mean_signed, so.bias_t, kBiasT, kBaselineFactor, bo.mean_signed, decisive->floor, decisive->bound,
         decisive->subject / decisive->bound);
+    return verdict;
+  }
+  if (decisive && decisive->metric == "o.bias_magnitude") {
+    verdict.pass = false;
+    verdict.rule = fmt::format(
+        "o.bias_magnitude: mean error along sign(ref) {:.3e} (t = {:.1f}, |t| > {}; {}) > {} x baseline's {:.3e} + "
+        "floor {:.3e} = {:.3e} (ratio {:.2f}): a systematic bias the baseline's rounding does not explain",
+        so.mean_magnitude, so.magnitude_t, kBiasT,
+        so.mean_magnitude < 0 ? "outputs shrink toward zero" : "outputs grow away from zero", kBaselineFactor,
+        bo.mean_magnitude, decisive->floor, decisive->bound, decisive->subject / decisive->bound);
     return verdict;
   }
   if (decisive) {
