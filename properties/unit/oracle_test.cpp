@@ -540,6 +540,83 @@ TEST(KokkosTest, EveryRowJudgeCatchesARowTheSampleLeftOut) {
   EXPECT_FALSE(judge_every_row(unchanged, in, sampled.outputs, every.reference, KokkosSpace::host));
 }
 
+// cpu-lowp with one row of O (batch 0, head 1) scaled by 1.05: a damage that
+// a sample which leaves the row out cannot see.
+class DamagedRow final : public Subject {
+ public:
+  explicit DamagedRow(std::int64_t row) : row_(row) {}
+  std::string_view name() const override { return "damaged-row"; }
+  std::string_view description() const override { return "cpu-lowp with one row of O scaled by 1.05"; }
+  const Capabilities& capabilities() const override { return lowp_.capabilities(); }
+  RunResult run(const Problem& problem, const Inputs& inputs) override {
+    RunResult run = lowp_.run(problem, inputs);
+    if (run.status == Status::ok)
+      for (std::int64_t c = 0; c < problem.head_dim_v; ++c) run.outputs.o.set(0, 1, row_, c, run.outputs.o.get(0, 1, row_, c) * 1.05);
+    return run;
+  }
+
+ private:
+  CpuLowp lowp_;
+  std::int64_t row_;
+};
+
+// JudgeOptions::every_row through judge() (on the host's Kokkos: the device
+// path's code): the verdict then rests on every row and the record says so; a
+// damage on a row the sample leaves out fails only with it; asked for the
+// device where none can run, the sampled verdict stays and the record says why.
+TEST(KokkosTest, JudgeRestsOnEveryRowWhenAsked) {
+  if (!kokkos_available()) GTEST_SKIP() << "Kokkos not built";
+  const Problem p = parse_problem("b=1 hq=2 hkv=1 sq=300 skv=320 d=32 dtype=bf16 mask=causal_br values=normal(0.5,1)");
+  const Inputs in = generate_inputs(p);
+  JudgeOptions sampled_only;
+  sampled_only.max_rows = 16;
+  JudgeOptions every_row = sampled_only;
+  every_row.every_row = EveryRow::host;
+  CpuLowp lowp;
+
+  const CaseResult sampled = judge(lowp, p, in, sampled_only);
+  ASSERT_TRUE(sampled.passed()) << sampled.verdict.rule;
+  ASSERT_LT(sampled.rows.size(), p.seqlen_q);
+  EXPECT_FALSE(sampled.every_row());
+  EXPECT_EQ(to_record(sampled)["rows_basis"], "sampled");
+  EXPECT_FALSE(to_record(sampled).contains("every_row_unavailable"));
+
+  const CaseResult checked = judge(lowp, p, in, every_row);
+  EXPECT_TRUE(checked.passed()) << checked.verdict.rule;
+  EXPECT_TRUE(checked.every_row());
+  EXPECT_EQ(checked.subject_metrics.o.errors.count, p.heads_q * p.seqlen_q * p.head_dim_v);
+  const nlohmann::json record = to_record(checked);
+  EXPECT_EQ(record["rows_basis"], "every");
+  EXPECT_EQ(record["rows_checked"], p.seqlen_q);
+  EXPECT_FALSE(record.contains("every_row_unavailable"));
+
+  std::int64_t unsampled = 0;  // a row the sample does not hold
+  while (std::find(sampled.rows.rows.begin(), sampled.rows.rows.end(), unsampled) != sampled.rows.rows.end()) ++unsampled;
+  DamagedRow damaged(unsampled);
+  const CaseResult missed = judge(damaged, p, in, sampled_only);
+  EXPECT_TRUE(missed.passed()) << "the sample should not hold row " << unsampled << ": " << missed.verdict.rule;
+  const CaseResult caught = judge(damaged, p, in, every_row);
+  EXPECT_TRUE(caught.failed()) << "row " << unsampled << " damaged: " << caught.verdict.rule;
+  EXPECT_EQ(to_record(caught)["verdict"], "fail");
+  EXPECT_EQ(to_record(caught)["rows_basis"], "every");
+  ASSERT_TRUE(caught.subject_metrics.o.first_over_bound.has_value());
+  EXPECT_EQ(caught.subject_metrics.o.first_over_bound->at.row, unsampled);
+
+  if (!kokkos_device_available()) {  // this machine: no CUDA Kokkos or no GPU
+    JudgeOptions device = sampled_only;
+    device.every_row = EveryRow::device;
+    const CaseResult fallback = judge(damaged, p, in, device);
+    EXPECT_EQ(fallback.verdict_kind, missed.verdict_kind);
+    EXPECT_EQ(fallback.rows, missed.rows);
+    EXPECT_FALSE(fallback.every_row());
+    const nlohmann::json said = to_record(fallback);
+    EXPECT_EQ(said["rows_basis"], "sampled");
+    ASSERT_TRUE(said.contains("every_row_unavailable"));
+    EXPECT_NE(said["every_row_unavailable"].get<std::string>().find("cannot run on a GPU"), std::string::npos)
+        << said["every_row_unavailable"];
+  }
+}
+
 TEST(KokkosTest, RejectsImpossibleTiles) {
   if (!kokkos_available()) GTEST_SKIP() << "Kokkos not built";
   const Problem p = make_problem(1, 1, 1, 4, 4, 8, DType::f32);
