@@ -167,7 +167,7 @@ int run_cases(const RunOptions& options) {
       } else {
         fmt::print("{:<9} {:<12} {}\n", brief, subject->name(), to_line(problem));
       }
-      if (result.ran() && !result.every_row()) ++on_sampled_rows;
+      if (result.ran() && !result.on_every_row()) ++on_sampled_rows;
       if (result.passed()) ++passed;
       else if (result.ran() && result.verdict_kind == VerdictKind::vacuous) ++vacuous;
       else if (result.ran() && result.verdict_kind == VerdictKind::deviation) ++deviations;

@@ -219,11 +219,11 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
   // then rests on every row (cpu_f64's sample cross-checks the reference).
   // The peer's ratios above stay those of the sampled rows.
   std::optional<AttentionRows> every_reference;
-  if (options.every_row != EveryRow::off && !result.every_row()) {
+  if (options.every_row != EveryRow::off && !result.on_every_row()) {
     const KokkosSpace space = options.every_row == EveryRow::host ? KokkosSpace::host : KokkosSpace::device;
     every_reference.emplace();
     if (judge_every_row(result, inputs, run.outputs, reference, space, limit, &*every_reference)) {
-      if (!result.every_row()) every_reference.reset();  // the oracles disagreed: the rows stay the sample
+      if (!result.on_every_row()) every_reference.reset();  // the oracles disagreed: the rows stay the sample
       result.rows_visible = visible_compared_rows(problem, result.rows);
       // A sample that compared nothing can be vacuous where every row is not.
       if (result.verdict.pass) result.verdict_kind = compared_something(result) ? VerdictKind::pass : VerdictKind::vacuous;
@@ -299,7 +299,7 @@ nlohmann::json to_record(const CaseResult& r) {
   record["verdict"] = to_string(r.verdict_kind);
   record["rule"] = r.verdict.rule;
   record["rows_checked"] = r.rows.size();
-  record["rows_basis"] = r.every_row() ? "every" : "sampled";
+  record["rows_basis"] = r.on_every_row() ? "every" : "sampled";
   if (!r.every_row_unavailable.empty()) record["every_row_unavailable"] = r.every_row_unavailable;
   record["rows_visible"] = r.rows_visible;
   if (r.verdict_kind == VerdictKind::deviation) record["deviation"] = r.deviation;

@@ -82,7 +82,7 @@ struct CaseResult {
   bool ran() const { return status == Status::ok; }
   /// Whether the verdict rests on every query row (the sample was every row,
   /// or the every-row judgement ran) rather than on sampled rows.
-  bool every_row() const { return rows.size() == problem.seqlen_q; }
+  bool on_every_row() const { return rows.size() == problem.seqlen_q; }
   /// Ran and passed with something compared (vacuous and deviation are not passes).
   bool passed() const { return ran() && verdict_kind == VerdictKind::pass; }
   /// Ran and failed the rule with no declared limit to explain it.

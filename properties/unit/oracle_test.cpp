@@ -560,61 +560,87 @@ class DamagedRow final : public Subject {
   std::int64_t row_;
 };
 
-// JudgeOptions::every_row through judge() (on the host's Kokkos: the device
-// path's code): the verdict then rests on every row and the record says so; a
-// damage on a row the sample leaves out fails only with it; asked for the
-// device where none can run, the sampled verdict stays and the record says why.
-TEST(KokkosTest, JudgeRestsOnEveryRowWhenAsked) {
-  if (!kokkos_available()) GTEST_SKIP() << "Kokkos not built";
-  const Problem p = parse_problem("b=1 hq=2 hkv=1 sq=300 skv=320 d=32 dtype=bf16 mask=causal_br values=normal(0.5,1)");
-  const Inputs in = generate_inputs(p);
-  JudgeOptions sampled_only;
-  sampled_only.max_rows = 16;
-  JudgeOptions every_row = sampled_only;
-  every_row.every_row = EveryRow::host;
+// A case sampled at max_rows = 16: its problem, inputs, and a row the sample
+// leaves out.
+struct SampledCase {
+  Problem problem = parse_problem("b=1 hq=2 hkv=1 sq=300 skv=320 d=32 dtype=bf16 mask=causal_br values=normal(0.5,1)");
+  Inputs inputs = generate_inputs(problem);
+  JudgeOptions sampled_only = [] {
+    JudgeOptions options;
+    options.max_rows = 16;
+    return options;
+  }();
+  CaseResult sampled;
+  std::int64_t unsampled = 0;
+  SampledCase() {
+    CpuLowp lowp;
+    sampled = judge(lowp, problem, inputs, sampled_only);
+    while (std::find(sampled.rows.rows.begin(), sampled.rows.rows.end(), unsampled) != sampled.rows.rows.end()) ++unsampled;
+  }
+};
+
+// JudgeOptions::every_row through judge(): the verdict rests on every row and
+// the record says so; a damage on a row the sample leaves out fails only with it.
+void expect_every_row_judgement(EveryRow mode) {
+  const SampledCase c;
+  const Problem& p = c.problem;
+  ASSERT_TRUE(c.sampled.passed()) << c.sampled.verdict.rule;
+  ASSERT_LT(c.sampled.rows.size(), p.seqlen_q);
+  EXPECT_FALSE(c.sampled.on_every_row());
+  EXPECT_EQ(to_record(c.sampled)["rows_basis"], "sampled");
+  EXPECT_FALSE(to_record(c.sampled).contains("every_row_unavailable"));
+
+  JudgeOptions every_row = c.sampled_only;
+  every_row.every_row = mode;
   CpuLowp lowp;
-
-  const CaseResult sampled = judge(lowp, p, in, sampled_only);
-  ASSERT_TRUE(sampled.passed()) << sampled.verdict.rule;
-  ASSERT_LT(sampled.rows.size(), p.seqlen_q);
-  EXPECT_FALSE(sampled.every_row());
-  EXPECT_EQ(to_record(sampled)["rows_basis"], "sampled");
-  EXPECT_FALSE(to_record(sampled).contains("every_row_unavailable"));
-
-  const CaseResult checked = judge(lowp, p, in, every_row);
+  const CaseResult checked = judge(lowp, p, c.inputs, every_row);
   EXPECT_TRUE(checked.passed()) << checked.verdict.rule;
-  EXPECT_TRUE(checked.every_row());
+  EXPECT_TRUE(checked.on_every_row());
   EXPECT_EQ(checked.subject_metrics.o.errors.count, p.heads_q * p.seqlen_q * p.head_dim_v);
   const nlohmann::json record = to_record(checked);
   EXPECT_EQ(record["rows_basis"], "every");
   EXPECT_EQ(record["rows_checked"], p.seqlen_q);
   EXPECT_FALSE(record.contains("every_row_unavailable"));
 
-  std::int64_t unsampled = 0;  // a row the sample does not hold
-  while (std::find(sampled.rows.rows.begin(), sampled.rows.rows.end(), unsampled) != sampled.rows.rows.end()) ++unsampled;
-  DamagedRow damaged(unsampled);
-  const CaseResult missed = judge(damaged, p, in, sampled_only);
-  EXPECT_TRUE(missed.passed()) << "the sample should not hold row " << unsampled << ": " << missed.verdict.rule;
-  const CaseResult caught = judge(damaged, p, in, every_row);
-  EXPECT_TRUE(caught.failed()) << "row " << unsampled << " damaged: " << caught.verdict.rule;
+  DamagedRow damaged(c.unsampled);
+  const CaseResult missed = judge(damaged, p, c.inputs, c.sampled_only);
+  EXPECT_TRUE(missed.passed()) << "the sample should not hold row " << c.unsampled << ": " << missed.verdict.rule;
+  const CaseResult caught = judge(damaged, p, c.inputs, every_row);
+  EXPECT_TRUE(caught.failed()) << "row " << c.unsampled << " damaged: " << caught.verdict.rule;
   EXPECT_EQ(to_record(caught)["verdict"], "fail");
   EXPECT_EQ(to_record(caught)["rows_basis"], "every");
   ASSERT_TRUE(caught.subject_metrics.o.first_over_bound.has_value());
-  EXPECT_EQ(caught.subject_metrics.o.first_over_bound->at.row, unsampled);
+  EXPECT_EQ(caught.subject_metrics.o.first_over_bound->at.row, c.unsampled);
+}
 
-  if (!kokkos_device_available()) {  // this machine: no CUDA Kokkos or no GPU
-    JudgeOptions device = sampled_only;
-    device.every_row = EveryRow::device;
-    const CaseResult fallback = judge(damaged, p, in, device);
-    EXPECT_EQ(fallback.verdict_kind, missed.verdict_kind);
-    EXPECT_EQ(fallback.rows, missed.rows);
-    EXPECT_FALSE(fallback.every_row());
-    const nlohmann::json said = to_record(fallback);
-    EXPECT_EQ(said["rows_basis"], "sampled");
-    ASSERT_TRUE(said.contains("every_row_unavailable"));
-    EXPECT_NE(said["every_row_unavailable"].get<std::string>().find("cannot run on a GPU"), std::string::npos)
-        << said["every_row_unavailable"];
-  }
+// On the host's Kokkos (Serial): the device path's code, testable here.
+TEST(KokkosTest, JudgeRestsOnEveryRowWhenAsked) {
+  if (!kokkos_available()) GTEST_SKIP() << "Kokkos not built";
+  expect_every_row_judgement(EveryRow::host);
+}
+
+TEST(KokkosTest, JudgeRestsOnEveryRowOnTheDevice) {
+  if (!kokkos_device_available()) GTEST_SKIP() << "no CUDA Kokkos built in, or no GPU";
+  expect_every_row_judgement(EveryRow::device);
+}
+
+// Asked for the device where none can run: the sampled verdict stays, and the
+// record says why.
+TEST(KokkosTest, EveryRowOnNoDeviceKeepsTheSampleAndSaysWhy) {
+  if (kokkos_device_available()) GTEST_SKIP() << "the device reference runs here";
+  const SampledCase c;
+  DamagedRow damaged(c.unsampled);
+  JudgeOptions device = c.sampled_only;
+  device.every_row = EveryRow::device;
+  const CaseResult fallback = judge(damaged, c.problem, c.inputs, device);
+  EXPECT_TRUE(fallback.passed()) << fallback.verdict.rule;  // the sample does not see the damage
+  EXPECT_EQ(fallback.rows, c.sampled.rows);
+  EXPECT_FALSE(fallback.on_every_row());
+  const nlohmann::json said = to_record(fallback);
+  EXPECT_EQ(said["rows_basis"], "sampled");
+  ASSERT_TRUE(said.contains("every_row_unavailable"));
+  EXPECT_NE(said["every_row_unavailable"].get<std::string>().find("cannot run on a GPU"), std::string::npos)
+      << said["every_row_unavailable"];
 }
 
 TEST(KokkosTest, RejectsImpossibleTiles) {
