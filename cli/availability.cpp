@@ -57,7 +57,8 @@ EveryRow judge_every_row_option(EveryRowMode mode) {
 
 int check_every_row(EveryRowMode mode) {
   if (mode != EveryRowMode::on || kokkos_device_available()) return kExitPass;
-  fmt::print(stderr, "flashcheck: --every-row on: the Kokkos reference cannot run on a GPU here: {} (docs/kokkos-cuda.md)\n",
+  fmt::print(stderr,
+             "flashcheck: --every-row on: the Kokkos reference cannot run on a GPU here: {} (docs/kokkos-cuda.md)\n",
              kokkos_description());
   return kExitFail;
 }

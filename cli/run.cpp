@@ -26,7 +26,8 @@ void print_case(const CaseResult& r) {
   fmt::print("rows checked: {} of {} per (batch, head){}   time: subject {:.1f} ms, oracle {:.1f} ms, baseline {:.1f} ms\n",
              r.rows.size(), r.problem.seqlen_q, r.rows.size() < r.problem.seqlen_q ? " (sampled)" : "", r.subject_ms,
              r.oracle_ms, r.baseline_ms);
-  if (!r.every_row_unavailable.empty()) fmt::print("  every row: not checked ({}); the verdict rests on the sampled rows\n", r.every_row_unavailable);
+  if (!r.every_row_unavailable.empty())
+    fmt::print("  every row: not checked ({}); the verdict rests on the sampled rows\n", r.every_row_unavailable);
   fmt::print("  {:<16} {:>11} {:>11} {:>11} {:>7}\n", "vs cpu_f64", "subject",
              fmt::format("cpu_lowp/{}", to_string(r.baseline_dtype)), "bound", "ratio");
   for (const auto& c : r.verdict.checks)

@@ -237,7 +237,8 @@ class Worker {
       if (gpu_ >= 0) ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(gpu_).c_str(), 1);
       ::setenv("OMP_NUM_THREADS", std::to_string(threads_).c_str(), /*overwrite=*/0);
       ::setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/0);
-      ::execl(exe_.c_str(), exe_.c_str(), "fuzz-worker", "--every-row", every_row_.c_str(), static_cast<char*>(nullptr));
+      ::execl(exe_.c_str(), exe_.c_str(), "fuzz-worker", "--every-row", every_row_.c_str(),
+              static_cast<char*>(nullptr));
       ::_exit(127);
     }
     ::close(down[0]);
@@ -418,7 +419,8 @@ int run_sweep(const FuzzOptions& options) {
   std::vector<std::unique_ptr<Worker>> workers;
   const std::vector<int> devices = options.gpus.empty() ? std::vector<int>{-1} : options.gpus;
   const int threads = std::max<int>(1, static_cast<int>(std::thread::hardware_concurrency() / devices.size()));
-  for (int gpu : devices) workers.push_back(std::make_unique<Worker>(options.worker_exe, gpu, threads, options.every_row));
+  for (int gpu : devices)
+    workers.push_back(std::make_unique<Worker>(options.worker_exe, gpu, threads, options.every_row));
 
   struct Case {
     std::string key;

@@ -226,7 +226,8 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
       if (!result.on_every_row()) every_reference.reset();  // the oracles disagreed: the rows stay the sample
       result.rows_visible = visible_compared_rows(problem, result.rows);
       // A sample that compared nothing can be vacuous where every row is not.
-      if (result.verdict.pass) result.verdict_kind = compared_something(result) ? VerdictKind::pass : VerdictKind::vacuous;
+      if (result.verdict.pass)
+        result.verdict_kind = compared_something(result) ? VerdictKind::pass : VerdictKind::vacuous;
     } else {
       every_reference.reset();
       result.every_row_unavailable =

@@ -73,7 +73,7 @@ struct CaseResult {
   std::string deviation;            // with VerdictKind::deviation: the declared limit the case reaches
   LogitCondition condition;         // the floor's logit conditioning, from cpu_f64
   std::optional<PeerResult> peer;   // with JudgeOptions::with_peer, when the peer ran
-  std::string every_row_unavailable;  // JudgeOptions::every_row asked, the rows were sampled, and it cannot run here: why
+  std::string every_row_unavailable;  // JudgeOptions::every_row asked, the rows were sampled, it cannot run here: why
   double inputs_ms = 0, subject_ms = 0, oracle_ms = 0, baseline_ms = 0;
   double subject_reported_ms = std::numeric_limits<double>::quiet_NaN();  // the subject's own time (RunResult::time_ms)
   Outputs outputs;                  // with JudgeOptions::keep_outputs

@@ -205,7 +205,8 @@ class Report(unittest.TestCase):
     def test_verdicts_on_sampled_rows_are_counted_and_a_missing_every_row_check_is_a_warning(self):
         passes = [r for r in load(ACCURACY) if r.get("verdict") == "pass" and r.get("subject") == "cublas-unfused"]
         records = [dict(copy.deepcopy(r), schema=3, rows_basis="every") for r in (passes * 4)[:4]]
-        records[0].update(rows_basis="sampled", every_row_unavailable="the Kokkos reference cannot run on a GPU here: X")
+        records[0].update(rows_basis="sampled",
+                          every_row_unavailable="the Kokkos reference cannot run on a GPU here: X")
         records[1].update(rows_basis="sampled")  # --every-row off: sampled, nothing to warn about
         save(self.path("records.jsonl"), records)
         run = report(self.path("records.jsonl"), "-o", self.path("out"))

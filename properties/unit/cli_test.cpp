@@ -302,25 +302,29 @@ TEST(CliTest, RunFuzzAndBenchShareRequireGpuAndDocumentTheirExitCodes) {
 // the record; a word outside off|auto|on is bad input.
 TEST(CliTest, EveryRowWithoutTheGpuReference) {
   if (kokkos_device_available()) GTEST_SKIP() << "the every-row reference runs on a GPU here";
-  const std::string sampled = " -s cpu-plain -p 'b=1 hq=2 hkv=1 sq=300 skv=320 d=32 dtype=bf16 mask=causal_br' --rows 16";
+  const std::string sampled =
+      " -s cpu-plain -p 'b=1 hq=2 hkv=1 sq=300 skv=320 d=32 dtype=bf16 mask=causal_br' --rows 16";
   const Outcome on = flashcheck("run --every-row on" + sampled);
   EXPECT_EQ(on.exit_code, 1) << on.out << on.err;
   EXPECT_EQ(count_lines(on.err), 1) << on.err;
   EXPECT_NE(on.err.find("--every-row on: the Kokkos reference cannot run on a GPU here"), std::string::npos) << on.err;
   EXPECT_EQ(on.out.find("PASS"), std::string::npos) << on.out;
-  const Outcome fuzz = flashcheck("fuzz --every-row on --subjects cpu-plain --cases 2 --out " + (scratch_dir() / "sweep").string());
+  const Outcome fuzz =
+      flashcheck("fuzz --every-row on --subjects cpu-plain --cases 2 --out " + (scratch_dir() / "sweep").string());
   EXPECT_EQ(fuzz.exit_code, 1) << fuzz.out << fuzz.err;
   EXPECT_EQ(count_lines(fuzz.err), 1) << fuzz.err;
 
   const auto records = scratch_dir() / "records.jsonl";
   const Outcome automatic = flashcheck("run" + sampled + " --record " + records.string());
   EXPECT_EQ(automatic.exit_code, 0) << automatic.out << automatic.err;
-  EXPECT_NE(automatic.out.find("every row: not checked (the Kokkos reference cannot run on a GPU here"), std::string::npos)
+  EXPECT_NE(automatic.out.find("every row: not checked (the Kokkos reference cannot run on a GPU here"),
+            std::string::npos)
       << automatic.out;
   const auto record = nlohmann::json::parse(slurp(records));
   EXPECT_EQ(record["rows_basis"], "sampled");
   EXPECT_EQ(record["rows_checked"], 19);
-  EXPECT_NE(record.value("every_row_unavailable", "").find("cannot run on a GPU here"), std::string::npos) << record.dump();
+  EXPECT_NE(record.value("every_row_unavailable", "").find("cannot run on a GPU here"), std::string::npos)
+      << record.dump();
 
   const Outcome bad = flashcheck("run --every-row maybe" + sampled);
   EXPECT_EQ(bad.exit_code, 2) << bad.out << bad.err;

@@ -551,7 +551,8 @@ class DamagedRow final : public Subject {
   RunResult run(const Problem& problem, const Inputs& inputs) override {
     RunResult run = lowp_.run(problem, inputs);
     if (run.status == Status::ok)
-      for (std::int64_t c = 0; c < problem.head_dim_v; ++c) run.outputs.o.set(0, 1, row_, c, run.outputs.o.get(0, 1, row_, c) * 1.05);
+      for (std::int64_t c = 0; c < problem.head_dim_v; ++c)
+        run.outputs.o.set(0, 1, row_, c, run.outputs.o.get(0, 1, row_, c) * 1.05);
     return run;
   }
 
@@ -575,7 +576,8 @@ struct SampledCase {
   SampledCase() {
     CpuLowp lowp;
     sampled = judge(lowp, problem, inputs, sampled_only);
-    while (std::find(sampled.rows.rows.begin(), sampled.rows.rows.end(), unsampled) != sampled.rows.rows.end()) ++unsampled;
+    const auto& rows = sampled.rows.rows;
+    while (std::find(rows.begin(), rows.end(), unsampled) != rows.end()) ++unsampled;
   }
 };
 
