@@ -1,10 +1,14 @@
 // --require-gpu, shared by run, fuzz and bench: where a GPU must be used (a GPU
 // machine's unattended checks), a subject that cannot run here is a failure,
-// not a skip.
+// not a skip. --every-row, shared by run and fuzz: the same for the every-row
+// reference (the Kokkos reference on the GPU).
 #include <fmt/core.h>
+
+#include <string>
 
 #include "cli/commands.hpp"
 #include "core/gpu/device_info.hpp"
+#include "oracles/kokkos/kokkos_reference.hpp"
 
 namespace flashcheck::cli {
 
@@ -30,6 +34,33 @@ int check_required_gpu(const std::vector<Subject*>& subjects) {
     return kExitFail;
   }
   return unavailable > 0 ? kExitFail : kExitPass;
+}
+
+CLI::Option* add_every_row(CLI::App& command, EveryRowMode& mode) {
+  const auto choose = [&mode](const std::string& word) {
+    mode = word == "off" ? EveryRowMode::off : word == "on" ? EveryRowMode::on : EveryRowMode::automatic;
+  };
+  return command
+      .add_option_function<std::string>(
+          "--every-row", choose,
+          "Where a case's rows were sampled (--rows), judge it again on every row with the Kokkos reference\n"
+          "and baseline on the GPU (a CUDA Kokkos, docs/kokkos-cuda.md). auto: where that can run here, else\n"
+          "the sampled verdict stands and the record says why (rows_basis, every_row_unavailable); on: it must\n"
+          "run (exit 1, with one line, where it cannot); off: sampled rows only")
+      ->check(CLI::IsMember({"off", "auto", "on"}))
+      ->default_str("auto");
+}
+
+EveryRow judge_every_row_option(EveryRowMode mode) {
+  return mode == EveryRowMode::off ? EveryRow::off : EveryRow::device;
+}
+
+int check_every_row(EveryRowMode mode) {
+  if (mode != EveryRowMode::on || kokkos_device_available()) return kExitPass;
+  fmt::print(stderr,
+             "flashcheck: --every-row on: the Kokkos reference cannot run on a GPU here: {} (docs/kokkos-cuda.md)\n",
+             kokkos_description());
+  return kExitFail;
 }
 
 }  // namespace flashcheck::cli

@@ -1,6 +1,6 @@
 // The flashcheck subcommands. Each returns the process exit code:
-// 0 pass, 1 fail (also a subject unavailable under --require-gpu), 2 bad input
-// or unsupported, or nothing ran.
+// 0 pass, 1 fail (also a subject unavailable under --require-gpu, or no GPU
+// reference under --every-row on), 2 bad input or unsupported, or nothing ran.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -10,6 +10,7 @@
 
 #include "core/problem.hpp"
 #include "core/subject.hpp"
+#include "oracles/judge.hpp"
 
 namespace flashcheck::cli {
 
@@ -33,6 +34,20 @@ CLI::Option* add_require_gpu(CLI::App& command, bool& flag);
 /// subject that cannot run here (and one when no GPU is usable at all, though
 /// no chosen subject needs it), and kExitFail; kExitPass when all can.
 int check_required_gpu(const std::vector<Subject*>& subjects);
+/// --every-row, shared by run and fuzz (the commands that judge): where the
+/// judge sampled a case's rows, judge it again on every row on the GPU.
+enum class EveryRowMode {
+  off,        // the verdict rests on the sampled rows
+  automatic,  // on the GPU where the Kokkos reference can run there, else sampled (the record says why)
+  on,         // as automatic, and a machine where it cannot run is a failure
+};
+/// Adds --every-row (off|auto|on, default auto) to a command: the same name and help on run and fuzz.
+CLI::Option* add_every_row(CLI::App& command, EveryRowMode& mode);
+/// What the judge is asked for under a mode.
+EveryRow judge_every_row_option(EveryRowMode mode);
+/// What --every-row on checks before anything runs: one line on stderr and
+/// kExitFail where the GPU reference cannot run here; kExitPass otherwise.
+int check_every_row(EveryRowMode mode);
 /// Prints, on stderr, the stats() line of every subject that has one (the cuDNN
 /// subject's graph and kernel-cache counters, say).
 void print_subject_stats();
@@ -48,6 +63,7 @@ struct RunOptions {
   bool no_peer = false;
   bool kokkos = false;  // also compare with the Kokkos reference
   bool require_gpu = false;  // an unavailable subject is a failure
+  EveryRowMode every_row = EveryRowMode::automatic;
 };
 int run_cases(const RunOptions& options);
 

@@ -50,12 +50,14 @@ void add_fuzz(CLI::App& app, int& exit_code) {
   command->add_option("--sanitize-cases", options->sanitize_cases, "Cases per subject in --sanitize mode")
       ->check(CLI::PositiveNumber);
   add_require_gpu(*command, options->require_gpu);
+  auto every_row = std::make_shared<EveryRowMode>(EveryRowMode::automatic);
+  add_every_row(*command, *every_row);
   command->footer(
       "Exit codes: 0 every case that ran passed (with mutants: every mutant caught and no subject failed);\n"
       "unsupported cases, and subjects unavailable on this machine (printed UNAVAILABLE), are counted apart,\n"
-      "never passed; 1 a failure (a crash, a hang, a fault, a verdict), or with --require-gpu a subject\n"
-      "unavailable here; 2 bad input.");
-  command->callback([options, shard, names, &exit_code] {
+      "never passed; 1 a failure (a crash, a hang, a fault, a verdict), with --require-gpu a subject\n"
+      "unavailable here, or with --every-row on no GPU reference here; 2 bad input.");
+  command->callback([options, shard, names, every_row, &exit_code] {
     fuzz::parse_shard(*shard, options->shard, options->shards);
     bool every = false;
     options->subjects = resolve_subjects(*names, &every);
@@ -66,14 +68,24 @@ void add_fuzz(CLI::App& app, int& exit_code) {
         exit_code = code;
         return;
       }
+    if (const int code = check_every_row(*every_row); code != kExitPass) {
+      exit_code = code;
+      return;
+    }
+    options->every_row = judge_every_row_option(*every_row);
     options->worker_exe = self_exe();
     exit_code = fuzz::run_sweep(*options);
   });
   CLI::App* worker = app.add_subcommand("fuzz-worker", "");  // internal: the sweep's worker process
   worker->group("");
-  worker->callback([&exit_code] {
+  auto worker_every_row = std::make_shared<std::string>("off");  // to_string(EveryRow) of the driver's choice
+  worker->add_option("--every-row", *worker_every_row)->check(CLI::IsMember({"off", "device", "host"}));
+  worker->callback([worker_every_row, &exit_code] {
     ensure_external_registered();  // the driver's external subjects, from its environment
-    exit_code = fuzz::run_worker();
+    const EveryRow every_row = *worker_every_row == "device" ? EveryRow::device
+                               : *worker_every_row == "host" ? EveryRow::host
+                                                             : EveryRow::off;
+    exit_code = fuzz::run_worker(every_row);
   });
 }
 

@@ -26,6 +26,8 @@ void print_case(const CaseResult& r) {
   fmt::print("rows checked: {} of {} per (batch, head){}   time: subject {:.1f} ms, oracle {:.1f} ms, baseline {:.1f} ms\n",
              r.rows.size(), r.problem.seqlen_q, r.rows.size() < r.problem.seqlen_q ? " (sampled)" : "", r.subject_ms,
              r.oracle_ms, r.baseline_ms);
+  if (!r.every_row_unavailable.empty())
+    fmt::print("  every row: not checked ({}); the verdict rests on the sampled rows\n", r.every_row_unavailable);
   fmt::print("  {:<16} {:>11} {:>11} {:>11} {:>7}\n", "vs cpu_f64", "subject",
              fmt::format("cpu_lowp/{}", to_string(r.baseline_dtype)), "bound", "ratio");
   for (const auto& c : r.verdict.checks)
@@ -102,11 +104,14 @@ int run_cases(const RunOptions& options) {
   judge_options.max_rows = options.max_rows;
   judge_options.with_peer = !options.no_peer;
   judge_options.keep_outputs = options.kokkos;
+  judge_options.every_row = judge_every_row_option(options.every_row);
   if (options.kokkos && !kokkos_available())
     throw std::runtime_error("--kokkos: this build has no Kokkos reference (install libtrilinos-kokkos-dev, reconfigure)");
   if (options.require_gpu)
     if (const int code = check_required_gpu(subjects); code != kExitPass) return code;
+  if (const int code = check_every_row(options.every_row); code != kExitPass) return code;
   int passed = 0, failed = 0, unsupported = 0, unavailable = 0, vacuous = 0, deviations = 0;
+  int on_sampled_rows = 0;  // cases that ran whose verdict rests on sampled rows
   std::set<std::string_view> reported_unavailable;  // one UNAVAILABLE line per subject
   const bool single = problems.size() * subjects.size() == 1;
   for (const Problem& problem : problems) {
@@ -136,6 +141,13 @@ int run_cases(const RunOptions& options) {
           fmt::print("UNAVAILABLE  {:<12} not run on this machine: {}\n", subject->name(), result.message);
         continue;
       }
+      if (options.every_row == EveryRowMode::on && !result.every_row_unavailable.empty()) {
+        // the device went away after the check: one line, and a failure
+        fmt::print(stderr, "flashcheck: --every-row on: {} on '{}': {}\n", subject->name(), to_line(problem),
+                   result.every_row_unavailable);
+        ++failed;
+        continue;
+      }
       // -q: one line for a pass, a vacuous case and a deviation; the whole case for a failure.
       const std::string_view brief = result.passed()                            ? "PASS"
                                      : result.verdict_kind == VerdictKind::vacuous &&
@@ -147,7 +159,11 @@ int run_cases(const RunOptions& options) {
         fmt::print("\n== {}  {}\n", subject->name(), to_line(problem));
         if (result.ran()) {
           print_case(result);
-          if (options.kokkos) {
+          if (options.kokkos && problem.seqlen_q > options.max_rows && result.on_every_row()) {
+            // Judged on every row: the reference already is kokkos_f64 (on the GPU), and cpu_f64 agreed on the sample.
+            fmt::print("  triangulation: the verdict's reference is kokkos_f64 on every row; cpu_f64 agreed with it on "
+                       "the sampled rows (1e-12)\n");
+          } else if (options.kokkos) {
             if (!kokkos || kokkos->rows != result.rows)
               kokkos = kokkos_reference(problem, *inputs, result.rows, Accumulation::f64);
             print_triangulation(result, *kokkos);
@@ -158,6 +174,7 @@ int run_cases(const RunOptions& options) {
       } else {
         fmt::print("{:<9} {:<12} {}\n", brief, subject->name(), to_line(problem));
       }
+      if (result.ran() && !result.on_every_row()) ++on_sampled_rows;
       if (result.passed()) ++passed;
       else if (result.ran() && result.verdict_kind == VerdictKind::vacuous) ++vacuous;
       else if (result.ran() && result.verdict_kind == VerdictKind::deviation) ++deviations;
@@ -166,9 +183,11 @@ int run_cases(const RunOptions& options) {
   }
   if (!single)
     fmt::print("\nsummary: {} case(s): {} pass, {} fail, {} vacuous (nothing compared), {} deviation (a declared "
-               "limit), {} unsupported (skipped), {} unavailable (not run here){}\n",
+               "limit), {} unsupported (skipped), {} unavailable (not run here){}{}\n",
                passed + failed + vacuous + deviations + unsupported + unavailable, passed, failed, vacuous, deviations,
-               unsupported, unavailable, records ? fmt::format("; records appended to {}", records->path()) : "");
+               unsupported, unavailable,
+               on_sampled_rows ? fmt::format("; {} verdict(s) rest on sampled rows", on_sampled_rows) : "",
+               records ? fmt::format("; records appended to {}", records->path()) : "");
   print_subject_stats();
   // Vacuous cases and declared deviations are not failures (exit 0), but they are never counted as passes.
   if (failed > 0) return kExitFail;
@@ -188,9 +207,9 @@ namespace {
 /// The footer of `run` and `replay`: what the exit code says.
 constexpr const char* kRunExitCodes =
     "Exit codes: 0 every case that ran passed (problems outside a subject's domain under 'all', and\n"
-    "subjects unavailable on this machine, are printed and skipped, never passed); 1 a case failed, or\n"
-    "with --require-gpu a subject is unavailable here; 2 bad input, a problem outside a named subject's\n"
-    "domain, or no case ran at all.";
+    "subjects unavailable on this machine, are printed and skipped, never passed); 1 a case failed, with\n"
+    "--require-gpu a subject is unavailable here, or with --every-row on the every-row reference cannot\n"
+    "run here; 2 bad input, a problem outside a named subject's domain, or no case ran at all.";
 
 }  // namespace
 
@@ -212,6 +231,7 @@ void add_run(CLI::App& app, int& exit_code) {
                     "Also triangulate: the subject against the Kokkos reference, and cpu_f64 against it, on the\n"
                     "checked rows (to tell a subject's bug from an oracle's)");
   add_require_gpu(*command, options->require_gpu);
+  add_every_row(*command, options->every_row);
   command->footer(kRunExitCodes);
   command->callback([options, &exit_code] { exit_code = run_cases(*options); });
 }

@@ -14,8 +14,10 @@ namespace flashcheck {
 /// Version of the record format; readers refuse records from other versions.
 /// 2: the verdicts `vacuous` (nothing compared) and `deviation` (a declared
 /// limit) beside pass and fail, and `rows_visible`; in schema 1 a vacuous
-/// case was written as a pass.
-inline constexpr int kRecordSchema = 2;
+/// case was written as a pass. 3: `rows_basis` ("every": the verdict rests on
+/// every query row; "sampled": on a sample of them) and, where every row was
+/// asked for and could not be checked, `every_row_unavailable` (why).
+inline constexpr int kRecordSchema = 3;
 
 nlohmann::json to_json(const ErrorStats& stats);
 nlohmann::json to_json(const TensorMetrics& metrics);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/subject.hpp"
+#include "oracles/judge.hpp"
 
 namespace flashcheck::fuzz {
 
@@ -32,6 +33,9 @@ struct FuzzOptions {
   // A case whose subject cannot run on this machine (verdict `unavailable`) is
   // a failure, not a skip (--require-gpu).
   bool require_gpu = false;
+  // Where a case's rows are sampled, the workers judge it again on every row
+  // (JudgeOptions::every_row; the CLI's --every-row).
+  EveryRow every_row = EveryRow::off;
   // Sanitizer mode: a few small cases per subject, each in a worker under
   // `compute-sanitizer --tool <sanitize>` (memcheck, racecheck, initcheck or
   // synccheck), instead of the sweep. Findings are failed records.
@@ -48,7 +52,7 @@ int run_sweep(const FuzzOptions& options);
 
 /// The worker loop: reads "case<TAB>subject<TAB>problem" lines on stdin and
 /// writes one JSON record line per case on stdout, until stdin closes.
-int run_worker();
+int run_worker(EveryRow every_row = EveryRow::off);
 
 /// Parses "i/n" (0 <= i < n); throws std::invalid_argument.
 void parse_shard(const std::string& text, int& shard, int& shards);

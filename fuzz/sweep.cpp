@@ -140,7 +140,8 @@ using namespace detail;
 /// OMP_NUM_THREADS says otherwise (so that N workers never spin N x cores threads).
 class Worker {
  public:
-  Worker(std::string exe, int gpu, int threads) : exe_(std::move(exe)), gpu_(gpu), threads_(threads) {}
+  Worker(std::string exe, int gpu, int threads, EveryRow every_row)
+      : exe_(std::move(exe)), gpu_(gpu), threads_(threads), every_row_(std::string(to_string(every_row))) {}
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
   ~Worker() { stop(); }
@@ -236,7 +237,8 @@ class Worker {
       if (gpu_ >= 0) ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(gpu_).c_str(), 1);
       ::setenv("OMP_NUM_THREADS", std::to_string(threads_).c_str(), /*overwrite=*/0);
       ::setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/0);
-      ::execl(exe_.c_str(), exe_.c_str(), "fuzz-worker", static_cast<char*>(nullptr));
+      ::execl(exe_.c_str(), exe_.c_str(), "fuzz-worker", "--every-row", every_row_.c_str(),
+              static_cast<char*>(nullptr));
       ::_exit(127);
     }
     ::close(down[0]);
@@ -267,6 +269,7 @@ class Worker {
   int to_ = -1, from_ = -1;
   bool busy_ = false, broken_ = false;
   double watchdog_ = 0;
+  std::string every_row_;  // the workers' --every-row (to_string(EveryRow))
   Clock::time_point deadline_;
   std::string buffer_;
 };
@@ -416,7 +419,8 @@ int run_sweep(const FuzzOptions& options) {
   std::vector<std::unique_ptr<Worker>> workers;
   const std::vector<int> devices = options.gpus.empty() ? std::vector<int>{-1} : options.gpus;
   const int threads = std::max<int>(1, static_cast<int>(std::thread::hardware_concurrency() / devices.size()));
-  for (int gpu : devices) workers.push_back(std::make_unique<Worker>(options.worker_exe, gpu, threads));
+  for (int gpu : devices)
+    workers.push_back(std::make_unique<Worker>(options.worker_exe, gpu, threads, options.every_row));
 
   struct Case {
     std::string key;

@@ -45,7 +45,7 @@ std::int64_t rows_to_check(const Problem& p) {
 
 }  // namespace
 
-int run_worker() {
+int run_worker(EveryRow every_row) {
   std::string line;
   while (std::getline(std::cin, line)) {
     const std::size_t tab1 = line.find('\t'), tab2 = line.find('\t', tab1 + 1);
@@ -60,6 +60,7 @@ int run_worker() {
         const Problem problem = parse_problem(line.substr(tab2 + 1));
         JudgeOptions options;
         options.max_rows = rows_to_check(problem);
+        options.every_row = every_row;
         const CaseResult result = judge(*subject, problem, options);
         record = to_record(result);
         record["check"] = failed_check(result);

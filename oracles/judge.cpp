@@ -11,6 +11,8 @@
 #include "core/values.hpp"
 #include "oracles/cpu_f64.hpp"
 #include "oracles/cpu_lowp.hpp"
+#include "oracles/kokkos/every_row.hpp"
+#include "oracles/kokkos/kokkos_reference.hpp"
 
 namespace flashcheck {
 namespace {
@@ -72,6 +74,15 @@ std::string_view to_string(VerdictKind kind) {
   return "?";
 }
 
+std::string_view to_string(EveryRow every_row) {
+  switch (every_row) {
+    case EveryRow::off: return "off";
+    case EveryRow::device: return "device";
+    case EveryRow::host: return "host";
+  }
+  return "?";
+}
+
 namespace {
 
 // Compared rows (times the query heads) that see at least one key.
@@ -94,6 +105,16 @@ double max_abs_finite(const HostTensor& tensor) {
           if (std::isfinite(x)) largest = std::max(largest, x);
         }
   return largest;
+}
+
+// Whether a case that held compared something: a compared row that sees a key,
+// and an element of O (a finite pair or a NaN/Inf position of the census: a
+// row whose every value is NaN in both still checks NaN propagation).
+bool compared_something(const CaseResult& result) {
+  const Census& census = result.subject_metrics.o.census;
+  const std::int64_t nonfinite = census.want_nan + census.want_pos_inf + census.want_neg_inf + census.got_nan +
+                                 census.got_pos_inf + census.got_neg_inf;
+  return result.rows_visible > 0 && (result.subject_metrics.o.errors.count > 0 || nonfinite > 0);
 }
 
 }  // namespace
@@ -170,18 +191,12 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
   // The verdict: a pass that compared nothing is vacuous; a failure inside a
   // limit the subject declares is a deviation.
   result.rows_visible = visible_compared_rows(problem, result.rows);
+  const std::optional<std::string> limit = declared_deviation(caps, problem, max_abs_finite(inputs.v));
   if (result.verdict.pass) {
-    // Nothing compared: no compared row sees a key, or no element of O at all
-    // (neither a finite pair nor a NaN/Inf position of the census: a row
-    // whose every value is NaN in both still checks NaN propagation).
-    const Census& census = result.subject_metrics.o.census;
-    const std::int64_t nonfinite = census.want_nan + census.want_pos_inf + census.want_neg_inf + census.got_nan +
-                                   census.got_pos_inf + census.got_neg_inf;
-    const bool compared = result.rows_visible > 0 && (result.subject_metrics.o.errors.count > 0 || nonfinite > 0);
-    result.verdict_kind = compared ? VerdictKind::pass : VerdictKind::vacuous;
-  } else if (auto limit = declared_deviation(caps, problem, max_abs_finite(inputs.v))) {
+    result.verdict_kind = compared_something(result) ? VerdictKind::pass : VerdictKind::vacuous;
+  } else if (limit) {
     result.verdict_kind = VerdictKind::deviation;
-    result.deviation = std::move(*limit);
+    result.deviation = *limit;
   } else {
     result.verdict_kind = VerdictKind::fail;
   }
@@ -200,9 +215,29 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
       result.peer = std::move(p);
     }
   }
+  // Every row, where the rows were sampled and the options ask: the verdict
+  // then rests on every row (cpu_f64's sample cross-checks the reference).
+  // The peer's ratios above stay those of the sampled rows.
+  std::optional<AttentionRows> every_reference;
+  if (options.every_row != EveryRow::off && !result.on_every_row()) {
+    const KokkosSpace space = options.every_row == EveryRow::host ? KokkosSpace::host : KokkosSpace::device;
+    every_reference.emplace();
+    if (judge_every_row(result, inputs, run.outputs, reference, space, limit, &*every_reference)) {
+      if (!result.on_every_row()) every_reference.reset();  // the oracles disagreed: the rows stay the sample
+      result.rows_visible = visible_compared_rows(problem, result.rows);
+      // A sample that compared nothing can be vacuous where every row is not.
+      if (result.verdict.pass)
+        result.verdict_kind = compared_something(result) ? VerdictKind::pass : VerdictKind::vacuous;
+    } else {
+      every_reference.reset();
+      result.every_row_unavailable =
+          fmt::format("the Kokkos reference cannot run on {} here: {}",
+                      space == KokkosSpace::device ? "a GPU" : "the host", kokkos_description());
+    }
+  }
   if (options.keep_outputs) {
     result.outputs = std::move(run.outputs);
-    result.reference = reference;
+    result.reference = every_reference ? std::move(*every_reference) : reference;
   }
   return result;
 }
@@ -265,6 +300,8 @@ nlohmann::json to_record(const CaseResult& r) {
   record["verdict"] = to_string(r.verdict_kind);
   record["rule"] = r.verdict.rule;
   record["rows_checked"] = r.rows.size();
+  record["rows_basis"] = r.on_every_row() ? "every" : "sampled";
+  if (!r.every_row_unavailable.empty()) record["every_row_unavailable"] = r.every_row_unavailable;
   record["rows_visible"] = r.rows_visible;
   if (r.verdict_kind == VerdictKind::deviation) record["deviation"] = r.deviation;
   record["baseline"] = {{"name", "cpu_lowp"}, {"dtype", std::string(to_string(r.baseline_dtype))},

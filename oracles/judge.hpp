@@ -15,6 +15,16 @@
 
 namespace flashcheck {
 
+/// Whether the judge checks a case it sampled again on every query row, with
+/// the Kokkos reference and baseline (oracles/kokkos/every_row.hpp).
+enum class EveryRow : std::uint8_t {
+  off,     // the verdict rests on the sampled rows
+  device,  // on the GPU, where a CUDA Kokkos is built in and a GPU is present; elsewhere the
+           // sampled verdict stays and CaseResult::every_row_unavailable says why
+  host,    // on the host's Kokkos (Serial): the same code, slowly; for tests
+};
+std::string_view to_string(EveryRow every_row);
+
 struct JudgeOptions {
   /// Query rows checked per (batch, head): every row when seqlen_q is at most
   /// this, otherwise a sample of this size (first/last rows and tile edges always in).
@@ -26,6 +36,8 @@ struct JudgeOptions {
   /// subject, where it is built and a GPU is present) on the same inputs and
   /// report err(subject) / err(peer).
   bool with_peer = false;
+  /// Where max_rows sampled the rows: judge the case again on every row.
+  EveryRow every_row = EveryRow::off;
 };
 
 /// The peer baseline's errors on the same case, against the same oracle.
@@ -61,12 +73,16 @@ struct CaseResult {
   std::string deviation;            // with VerdictKind::deviation: the declared limit the case reaches
   LogitCondition condition;         // the floor's logit conditioning, from cpu_f64
   std::optional<PeerResult> peer;   // with JudgeOptions::with_peer, when the peer ran
+  std::string every_row_unavailable;  // JudgeOptions::every_row asked, the rows were sampled, it cannot run here: why
   double inputs_ms = 0, subject_ms = 0, oracle_ms = 0, baseline_ms = 0;
   double subject_reported_ms = std::numeric_limits<double>::quiet_NaN();  // the subject's own time (RunResult::time_ms)
   Outputs outputs;                  // with JudgeOptions::keep_outputs
   AttentionRows reference;          // with JudgeOptions::keep_outputs
 
   bool ran() const { return status == Status::ok; }
+  /// Whether the verdict rests on every query row (the sample was every row,
+  /// or the every-row judgement ran) rather than on sampled rows.
+  bool on_every_row() const { return rows.size() == problem.seqlen_q; }
   /// Ran and passed with something compared (vacuous and deviation are not passes).
   bool passed() const { return ran() && verdict_kind == VerdictKind::pass; }
   /// Ran and failed the rule with no declared limit to explain it.

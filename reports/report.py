@@ -22,10 +22,11 @@ import os
 import statistics
 import sys
 
-SCHEMA = 2  # core/record.hpp kRecordSchema
+SCHEMA = 3  # core/record.hpp kRecordSchema
 # Schema 1 lacks the verdicts `vacuous` and `deviation`: its passes that compared
-# no row are read as vacuous (normalise_verdict).
-READABLE_SCHEMAS = (1, 2)
+# no row are read as vacuous (normalise_verdict). Schemas 1 and 2 lack
+# `rows_basis` (every or sampled rows) and `every_row_unavailable`.
+READABLE_SCHEMAS = (1, 2, 3)
 HIST_LOG10_FLOORS = [0.0, 5e-324] + [10.0 ** (i - 16) for i in range(20)] + [1e4]  # core/metrics.hpp
 ULP_FLOORS = [0.0, 2.0 ** -9] + [2.0 ** (i - 8) for i in range(28)] + [2.0 ** 20]
 # Thresholds of the baseline comparison, named here and printed in the report.
@@ -185,7 +186,8 @@ def accuracy(records):
     for r in sorted((r for r in records if kind_of(r) == "case"), key=lambda r: (str(r.get("subject", "")), str(r.get("dtype", "")))):
         key = (r.get("subject", "?"), r.get("dtype") or problem_fields(r.get("problem")).get("dtype", "?"))
         g = groups.setdefault(key, dict(subject=key[0], dtype=key[1], cases=0, passes=0, unsupported=0, unavailable=0,
-                                         vacuous=0, deviations=0, deviated=[],
+                                         vacuous=0, deviations=0, deviated=[], on_sampled_rows=0,
+                                         every_row_unavailable=collections.Counter(),
                                          failures=collections.Counter(), failed=[], worst=[], hist=None,
                                          ulp=None, base_hist=None, base_ulp=None, peer_hist=None, peer_ulp=None,
                                          max_abs=0.0, sq_sum=0.0, count=0, max_ulp=0.0, per_case=[],
@@ -198,6 +200,10 @@ def accuracy(records):
             g["unavailable"] += 1
             continue
         g["cases"] += 1
+        if r.get("rows_basis") == "sampled":  # schema 3: the verdict rests on sampled rows
+            g["on_sampled_rows"] += 1
+            if r.get("every_row_unavailable"):
+                g["every_row_unavailable"][r["every_row_unavailable"]] += 1
         if r.get("subject_version"):
             g["versions"].add(r["subject_version"])
         if verdict == "vacuous":  # nothing compared: counted apart, never a pass
@@ -492,7 +498,7 @@ def summarise(groups, rows, ceilings, regressions, notes, warnings, inputs, base
         subjects.append(dict(subject=g["subject"], dtype=g["dtype"], cases=g["cases"], passes=g["passes"],
                              pass_rate=g["passes"] / judged if judged else None, unsupported=g["unsupported"],
                              unavailable=g["unavailable"], vacuous=g["vacuous"], deviations=g["deviations"],
-                             deviated=g["deviated"][:50],
+                             deviated=g["deviated"][:50], on_sampled_rows=g["on_sampled_rows"],
                              failures_by_check=dict(g["failures"]), failures=g["failed"][:50],
                              worst_ratios=[dict(ratio=r, problem=p) for r, p in g["worst"][:5]],
                              o_abs_error=dict(p50_at_most=g["p50"], p99_at_most=g["p99"], p999_at_most=g["p999"],
@@ -720,6 +726,9 @@ def main():
         if len(g["versions"]) > 1:
             warnings.append(f"{g['subject']}: records from {len(g['versions'])} subject versions are mixed: "
                             f"{', '.join(sorted(g['versions']))}")
+        for reason, count in g["every_row_unavailable"].items():
+            warnings.append(f"{g['subject']} ({g['dtype']}): {count} verdict(s) rest on sampled rows: the every-row "
+                            f"check was asked for and could not run ({reason})")
     regressions, notes = compare(records, baseline) if baseline is not None else ([], [])
     images = dict(abs=histogram_grid(groups, "abs"), ulp=histogram_grid(groups, "ulp"), drift=drift_plots(groups),
                   bench=bench_plot(rows))

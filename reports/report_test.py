@@ -202,14 +202,30 @@ class Report(unittest.TestCase):
         with open(os.path.join(self.path("out"), "report.html"), encoding="utf-8") as f:
             self.assertIn("declared limit: accumulator", f.read())
 
+    def test_verdicts_on_sampled_rows_are_counted_and_a_missing_every_row_check_is_a_warning(self):
+        passes = [r for r in load(ACCURACY) if r.get("verdict") == "pass" and r.get("subject") == "cublas-unfused"]
+        records = [dict(copy.deepcopy(r), schema=3, rows_basis="every") for r in (passes * 4)[:4]]
+        records[0].update(rows_basis="sampled",
+                          every_row_unavailable="the Kokkos reference cannot run on a GPU here: X")
+        records[1].update(rows_basis="sampled")  # --every-row off: sampled, nothing to warn about
+        save(self.path("records.jsonl"), records)
+        run = report(self.path("records.jsonl"), "-o", self.path("out"))
+        self.assertEqual(run.returncode, 0, run.stderr)
+        with open(os.path.join(self.path("out"), "summary.json"), encoding="utf-8") as f:
+            (subject,) = json.load(f)["subjects"]
+        self.assertEqual(subject["on_sampled_rows"], 2)
+        with open(os.path.join(self.path("out"), "summary.md"), encoding="utf-8") as f:
+            self.assertIn("1 verdict(s) rest on sampled rows: the every-row check was asked for and could not run "
+                          "(the Kokkos reference cannot run on a GPU here: X)", f.read())
+
     def test_records_of_another_version_are_refused_in_one_line(self):
         records = load(ACCURACY)[:3]
-        records[1]["schema"] = 3
+        records[1]["schema"] = 4
         save(self.path("records.jsonl"), records)
         run = report(self.path("records.jsonl"), "-o", self.path("out"))
         self.assertEqual(run.returncode, 2)
         self.assertEqual(len(run.stderr.strip().splitlines()), 1, run.stderr)
-        self.assertIn("schema 3", run.stderr)
+        self.assertIn("schema 4", run.stderr)
 
 
 def python_with_matplotlib():

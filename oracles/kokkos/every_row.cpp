@@ -53,7 +53,8 @@ std::optional<EveryRowReference> every_row_reference(const Problem& problem, con
 }
 
 bool judge_every_row(CaseResult& result, const Inputs& inputs, const Outputs& subject_outputs,
-                     const AttentionRows& sampled_reference, KokkosSpace space) {
+                     const AttentionRows& sampled_reference, KokkosSpace space,
+                     const std::optional<std::string>& declared_limit, AttentionRows* every_reference) {
   const Problem& problem = result.problem;
   const RowSet every = all_rows(problem);
   if (!result.ran() || result.rows == every) return false;
@@ -63,7 +64,7 @@ bool judge_every_row(CaseResult& result, const Inputs& inputs, const Outputs& su
   };
 
   auto start = std::chrono::steady_clock::now();
-  const AttentionRows reference = kokkos_reference(problem, inputs, every, Accumulation::f64, {}, space);
+  AttentionRows reference = kokkos_reference(problem, inputs, every, Accumulation::f64, {}, space);
   result.oracle_ms += elapsed_ms(start);
   const CrossCheck check = cross_check(problem, reference, sampled_reference);
   const std::int64_t sampled = result.rows.size();
@@ -81,17 +82,26 @@ bool judge_every_row(CaseResult& result, const Inputs& inputs, const Outputs& su
   result.baseline_ms += elapsed_ms(start);
 
   result.rows = every;
+  add_accumulation(result.condition, problem, every, inputs.v);
   result.baseline_metrics = compare(problem, baseline, reference, problem.dtype);
   const Bounds bounds = rule_bounds(result.baseline_metrics, problem.dtype, result.condition);
   result.subject_metrics = compare(problem, gather_rows(problem, subject_outputs, every), reference, problem.dtype, bounds);
   result.verdict = decide(result.subject_metrics, result.baseline_metrics, problem.dtype, result.condition);
-  // The kind follows the every-row rule; a deviation the sampled judgement
-  // found (a limit the subject declares) stays one, and vacuity cannot change
-  // (every row holds the sampled ones).
-  if (!result.verdict.pass && result.verdict_kind != VerdictKind::deviation) result.verdict_kind = VerdictKind::fail;
-  if (result.verdict.pass && result.verdict_kind == VerdictKind::fail) result.verdict_kind = VerdictKind::pass;
+  // The kind follows the every-row rule: a failure is a deviation where the
+  // sampled judgement found one or the case reaches a limit the subject
+  // declares. A pass stays vacuous where the sample was (the judge, which
+  // knows the compared rows, decides again).
+  if (!result.verdict.pass && result.verdict_kind != VerdictKind::deviation) {
+    result.verdict_kind = declared_limit ? VerdictKind::deviation : VerdictKind::fail;
+    if (declared_limit) result.deviation = *declared_limit;
+  }
+  if (result.verdict.pass && result.verdict_kind != VerdictKind::vacuous) {
+    result.verdict_kind = VerdictKind::pass;
+    result.deviation.clear();
+  }
   result.verdict.rule += fmt::format(" [every row: kokkos_f64 and the baseline in Kokkos; cpu_f64 agrees on {} sampled rows]",
                                      sampled);
+  if (every_reference) *every_reference = std::move(reference);
   return true;
 }
 

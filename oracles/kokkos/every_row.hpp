@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
@@ -44,15 +45,20 @@ std::optional<EveryRowReference> every_row_reference(const Problem& problem, con
 /// both in `space` (the GPU in production; the host runs the same code, for
 /// tests), and cpu_f64's sampled rows (`sampled_reference`, the judge's
 /// reference) must agree with kokkos_f64 on those rows, or the case fails with
-/// a rule that says the oracles disagree. The logit conditioning of the floor
-/// stays the sample's (cpu_f64 computes it). Returns false, leaving `result`
-/// as it was, where the sample already was every row, the case did not run,
-/// or `space` cannot run here (KokkosSpace::device without a CUDA Kokkos or a GPU).
+/// a rule that says the oracles disagree (its rows then stay the sample). The
+/// logit conditioning of the floor stays the sample's (cpu_f64 computes it);
+/// the accumulation scales are those of every row. A failure of the rule on
+/// every row is a deviation where the sampled one was, or where
+/// `declared_limit` (declared_deviation of the case) says so. Where given,
+/// `every_reference` receives kokkos_f64 on every row. Returns false, leaving
+/// `result` as it was, where the sample already was every row, the case did
+/// not run, or `space` cannot run here (KokkosSpace::device without a CUDA
+/// Kokkos or a GPU).
 ///
-/// The judge's hook (JudgeOptions::every_row_on_device, left to the lead):
-/// in judge(), after the verdict on the sample and with the subject's outputs
-/// still at hand, `judge_every_row(result, inputs, run.outputs, reference)`.
+/// The judge calls it with JudgeOptions::every_row (oracles/judge.hpp).
 bool judge_every_row(CaseResult& result, const Inputs& inputs, const Outputs& subject_outputs,
-                     const AttentionRows& sampled_reference, KokkosSpace space = KokkosSpace::device);
+                     const AttentionRows& sampled_reference, KokkosSpace space = KokkosSpace::device,
+                     const std::optional<std::string>& declared_limit = std::nullopt,
+                     AttentionRows* every_reference = nullptr);
 
 }  // namespace flashcheck

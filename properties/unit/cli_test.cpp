@@ -10,6 +10,8 @@
 #include <sstream>
 #include <string>
 
+#include "oracles/kokkos/kokkos_reference.hpp"
+
 namespace flashcheck {
 namespace {
 
@@ -120,7 +122,7 @@ TEST(CliTest, RecordsAreAppendedAsJsonLines) {
     const auto record = nlohmann::json::parse(line);
     EXPECT_EQ(record["subject"], "smoke-cpu-lowp");
     EXPECT_EQ(record["verdict"], "pass");
-    EXPECT_EQ(record["schema"], 2);
+    EXPECT_EQ(record["schema"], 3);
     EXPECT_TRUE(record["metrics"]["o"]["errors"].contains("p999"));
     EXPECT_TRUE(record["tolerance"]["checks"].is_array());
     EXPECT_NE(record["problem"].get<std::string>().find("mask=causal_br"), std::string::npos);
@@ -285,10 +287,48 @@ TEST(CliTest, RunFuzzAndBenchShareRequireGpuAndDocumentTheirExitCodes) {
   for (const char* command : {"run", "fuzz", "bench"}) {
     const Outcome r = flashcheck(std::string(command) + " --help");
     EXPECT_EQ(r.exit_code, 0) << r.err;
+    // --every-row on the commands that judge (bench times, it does not judge).
+    EXPECT_EQ(r.out.find("--every-row TEXT:{off,auto,on}=auto") != std::string::npos, std::string(command) != "bench")
+        << command << "\n" << r.out;
     EXPECT_NE(r.out.find("--require-gpu"), std::string::npos) << command << "\n" << r.out;
     EXPECT_NE(r.out.find("Fail (exit 1) when a chosen subject is unavailable here"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("Exit codes: 0"), std::string::npos) << command << "\n" << r.out;
   }
+}
+
+// --every-row (run and fuzz, the commands that judge), where the GPU reference
+// cannot run (no CUDA Kokkos, or no GPU): `on` is exit 1 with one line; `auto`
+// (the default) keeps the sampled verdict and says why, on the terminal and in
+// the record; a word outside off|auto|on is bad input.
+TEST(CliTest, EveryRowWithoutTheGpuReference) {
+  if (kokkos_device_available()) GTEST_SKIP() << "the every-row reference runs on a GPU here";
+  const std::string sampled =
+      " -s cpu-plain -p 'b=1 hq=2 hkv=1 sq=300 skv=320 d=32 dtype=bf16 mask=causal_br' --rows 16";
+  const Outcome on = flashcheck("run --every-row on" + sampled);
+  EXPECT_EQ(on.exit_code, 1) << on.out << on.err;
+  EXPECT_EQ(count_lines(on.err), 1) << on.err;
+  EXPECT_NE(on.err.find("--every-row on: the Kokkos reference cannot run on a GPU here"), std::string::npos) << on.err;
+  EXPECT_EQ(on.out.find("PASS"), std::string::npos) << on.out;
+  const Outcome fuzz =
+      flashcheck("fuzz --every-row on --subjects cpu-plain --cases 2 --out " + (scratch_dir() / "sweep").string());
+  EXPECT_EQ(fuzz.exit_code, 1) << fuzz.out << fuzz.err;
+  EXPECT_EQ(count_lines(fuzz.err), 1) << fuzz.err;
+
+  const auto records = scratch_dir() / "records.jsonl";
+  const Outcome automatic = flashcheck("run" + sampled + " --record " + records.string());
+  EXPECT_EQ(automatic.exit_code, 0) << automatic.out << automatic.err;
+  EXPECT_NE(automatic.out.find("every row: not checked (the Kokkos reference cannot run on a GPU here"),
+            std::string::npos)
+      << automatic.out;
+  const auto record = nlohmann::json::parse(slurp(records));
+  EXPECT_EQ(record["rows_basis"], "sampled");
+  EXPECT_EQ(record["rows_checked"], 19);
+  EXPECT_NE(record.value("every_row_unavailable", "").find("cannot run on a GPU here"), std::string::npos)
+      << record.dump();
+
+  const Outcome bad = flashcheck("run --every-row maybe" + sampled);
+  EXPECT_EQ(bad.exit_code, 2) << bad.out << bad.err;
+  EXPECT_EQ(count_lines(bad.err), 1) << bad.err;
 }
 
 }  // namespace

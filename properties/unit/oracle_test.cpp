@@ -540,6 +540,111 @@ TEST(KokkosTest, EveryRowJudgeCatchesARowTheSampleLeftOut) {
   EXPECT_FALSE(judge_every_row(unchanged, in, sampled.outputs, every.reference, KokkosSpace::host));
 }
 
+// cpu-lowp with one row of O (batch 0, head 1) scaled by 1.05: a damage that
+// a sample which leaves the row out cannot see.
+class DamagedRow final : public Subject {
+ public:
+  explicit DamagedRow(std::int64_t row) : row_(row) {}
+  std::string_view name() const override { return "damaged-row"; }
+  std::string_view description() const override { return "cpu-lowp with one row of O scaled by 1.05"; }
+  const Capabilities& capabilities() const override { return lowp_.capabilities(); }
+  RunResult run(const Problem& problem, const Inputs& inputs) override {
+    RunResult run = lowp_.run(problem, inputs);
+    if (run.status == Status::ok)
+      for (std::int64_t c = 0; c < problem.head_dim_v; ++c)
+        run.outputs.o.set(0, 1, row_, c, run.outputs.o.get(0, 1, row_, c) * 1.05);
+    return run;
+  }
+
+ private:
+  CpuLowp lowp_;
+  std::int64_t row_;
+};
+
+// A case sampled at max_rows = 16: its problem, inputs, and a row the sample
+// leaves out.
+struct SampledCase {
+  Problem problem = parse_problem("b=1 hq=2 hkv=1 sq=300 skv=320 d=32 dtype=bf16 mask=causal_br values=normal(0.5,1)");
+  Inputs inputs = generate_inputs(problem);
+  JudgeOptions sampled_only = [] {
+    JudgeOptions options;
+    options.max_rows = 16;
+    return options;
+  }();
+  CaseResult sampled;
+  std::int64_t unsampled = 0;
+  SampledCase() {
+    CpuLowp lowp;
+    sampled = judge(lowp, problem, inputs, sampled_only);
+    const auto& rows = sampled.rows.rows;
+    while (std::find(rows.begin(), rows.end(), unsampled) != rows.end()) ++unsampled;
+  }
+};
+
+// JudgeOptions::every_row through judge(): the verdict rests on every row and
+// the record says so; a damage on a row the sample leaves out fails only with it.
+void expect_every_row_judgement(EveryRow mode) {
+  const SampledCase c;
+  const Problem& p = c.problem;
+  ASSERT_TRUE(c.sampled.passed()) << c.sampled.verdict.rule;
+  ASSERT_LT(c.sampled.rows.size(), p.seqlen_q);
+  EXPECT_FALSE(c.sampled.on_every_row());
+  EXPECT_EQ(to_record(c.sampled)["rows_basis"], "sampled");
+  EXPECT_FALSE(to_record(c.sampled).contains("every_row_unavailable"));
+
+  JudgeOptions every_row = c.sampled_only;
+  every_row.every_row = mode;
+  CpuLowp lowp;
+  const CaseResult checked = judge(lowp, p, c.inputs, every_row);
+  EXPECT_TRUE(checked.passed()) << checked.verdict.rule;
+  EXPECT_TRUE(checked.on_every_row());
+  EXPECT_EQ(checked.subject_metrics.o.errors.count, p.heads_q * p.seqlen_q * p.head_dim_v);
+  const nlohmann::json record = to_record(checked);
+  EXPECT_EQ(record["rows_basis"], "every");
+  EXPECT_EQ(record["rows_checked"], p.seqlen_q);
+  EXPECT_FALSE(record.contains("every_row_unavailable"));
+
+  DamagedRow damaged(c.unsampled);
+  const CaseResult missed = judge(damaged, p, c.inputs, c.sampled_only);
+  EXPECT_TRUE(missed.passed()) << "the sample should not hold row " << c.unsampled << ": " << missed.verdict.rule;
+  const CaseResult caught = judge(damaged, p, c.inputs, every_row);
+  EXPECT_TRUE(caught.failed()) << "row " << c.unsampled << " damaged: " << caught.verdict.rule;
+  EXPECT_EQ(to_record(caught)["verdict"], "fail");
+  EXPECT_EQ(to_record(caught)["rows_basis"], "every");
+  ASSERT_TRUE(caught.subject_metrics.o.first_over_bound.has_value());
+  EXPECT_EQ(caught.subject_metrics.o.first_over_bound->at.row, c.unsampled);
+}
+
+// On the host's Kokkos (Serial): the device path's code, testable here.
+TEST(KokkosTest, JudgeRestsOnEveryRowWhenAsked) {
+  if (!kokkos_available()) GTEST_SKIP() << "Kokkos not built";
+  expect_every_row_judgement(EveryRow::host);
+}
+
+TEST(KokkosTest, JudgeRestsOnEveryRowOnTheDevice) {
+  if (!kokkos_device_available()) GTEST_SKIP() << "no CUDA Kokkos built in, or no GPU";
+  expect_every_row_judgement(EveryRow::device);
+}
+
+// Asked for the device where none can run: the sampled verdict stays, and the
+// record says why.
+TEST(KokkosTest, EveryRowOnNoDeviceKeepsTheSampleAndSaysWhy) {
+  if (kokkos_device_available()) GTEST_SKIP() << "the device reference runs here";
+  const SampledCase c;
+  DamagedRow damaged(c.unsampled);
+  JudgeOptions device = c.sampled_only;
+  device.every_row = EveryRow::device;
+  const CaseResult fallback = judge(damaged, c.problem, c.inputs, device);
+  EXPECT_TRUE(fallback.passed()) << fallback.verdict.rule;  // the sample does not see the damage
+  EXPECT_EQ(fallback.rows, c.sampled.rows);
+  EXPECT_FALSE(fallback.on_every_row());
+  const nlohmann::json said = to_record(fallback);
+  EXPECT_EQ(said["rows_basis"], "sampled");
+  ASSERT_TRUE(said.contains("every_row_unavailable"));
+  EXPECT_NE(said["every_row_unavailable"].get<std::string>().find("cannot run on a GPU"), std::string::npos)
+      << said["every_row_unavailable"];
+}
+
 TEST(KokkosTest, RejectsImpossibleTiles) {
   if (!kokkos_available()) GTEST_SKIP() << "Kokkos not built";
   const Problem p = make_problem(1, 1, 1, 4, 4, 8, DType::f32);
