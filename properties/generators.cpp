@@ -587,7 +587,12 @@ rc::Gen<Problem> gen_problem_outside(const Capabilities& caps) {
       });
     if (caps.seqlen_q_multiple > 1) breaks.push_back([&caps](Problem& q) { q.seqlen_q = caps.seqlen_q_multiple + 1; });
     if (caps.seqlen_kv_multiple > 1) breaks.push_back([&caps](Problem& q) { q.seqlen_kv = caps.seqlen_kv_multiple + 1; });
-    if (!caps.empty_sequences) breaks.push_back([](Problem& q) { q.seqlen_kv = 0; });
+    if (!caps.empty_sequences)
+      breaks.push_back([](Problem& q) {  // padded lengths would exceed the empty sequence: dropped
+        q.seqlen_kv = 0;
+        q.lens_q.clear();
+        q.lens_kv.clear();
+      });
     if (caps.aligned_masks_need_sq_le_skv && caps.masks.contains(MaskKind::causal_br))
       breaks.push_back([](Problem& q) {
         q.mask = MaskKind::causal_br;
