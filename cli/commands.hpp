@@ -41,7 +41,7 @@ enum class EveryRowMode {
   automatic,  // on the GPU where the Kokkos reference can run there, else sampled (the record says why)
   on,         // as automatic, and a machine where it cannot run is a failure
 };
-/// Adds --every-row (off|auto|on, default auto) to a command: the same name and help on run and fuzz.
+/// Adds --every-row (off|auto|on, default off for now) to a command: the same name and help on run and fuzz.
 CLI::Option* add_every_row(CLI::App& command, EveryRowMode& mode);
 /// What the judge is asked for under a mode.
 EveryRow judge_every_row_option(EveryRowMode mode);
@@ -63,7 +63,9 @@ struct RunOptions {
   bool no_peer = false;
   bool kokkos = false;  // also compare with the Kokkos reference
   bool require_gpu = false;  // an unavailable subject is a failure
-  EveryRowMode every_row = EveryRowMode::automatic;
+  // off until the GPU path is fixed (docs/kokkos-cuda.md: on the H100 every
+  // device call faulted, 2026-11-25); auto is the intended default.
+  EveryRowMode every_row = EveryRowMode::off;
 };
 int run_cases(const RunOptions& options);
 

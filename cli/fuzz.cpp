@@ -50,7 +50,7 @@ void add_fuzz(CLI::App& app, int& exit_code) {
   command->add_option("--sanitize-cases", options->sanitize_cases, "Cases per subject in --sanitize mode")
       ->check(CLI::PositiveNumber);
   add_require_gpu(*command, options->require_gpu);
-  auto every_row = std::make_shared<EveryRowMode>(EveryRowMode::automatic);
+  auto every_row = std::make_shared<EveryRowMode>(EveryRowMode::off);  // docs/kokkos-cuda.md: the GPU path faults
   add_every_row(*command, *every_row);
   command->footer(
       "Exit codes: 0 every case that ran passed (with mutants: every mutant caught and no subject failed);\n"
