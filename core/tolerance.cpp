@@ -79,7 +79,7 @@ Verdict decide(const CaseMetrics& subject, const CaseMetrics& baseline, DType ou
   // outputs that shrink toward zero (or grow) whatever their signs.
   const double bias_floor =
       kBiasFloorRoundings * std::max(unit_roundoff(out_dtype) * bo.ref_rms, min_subnormal(out_dtype)) +
-      logit_noise(condition, condition.o_rms);
+      logit_noise(condition, condition.o_rms) + accumulation_noise(condition.accumulation_o);
   const auto bias_check = [&](const char* metric, double subject_mean, double baseline_mean, double t,
                               std::int64_t count) {
     RuleCheck bias = check(metric, std::fabs(subject_mean), std::fabs(baseline_mean), bias_floor);

@@ -101,6 +101,7 @@ double logit_noise(const LogitCondition& condition, double value);
 ///  - it is larger than the baseline's own bias and the output rounding explain:
 ///      |mean_signed(subject)| > kBaselineFactor |mean_signed(baseline)| + bias_floor
 ///      bias_floor = kBiasFloorRoundings max(u(out) rms(ref), s(out)) + logit_noise(o_rms)
+///                   + accumulation_noise(accumulation_o)
 ///    where s(out) is the dtype's smallest subnormal: the output grid's spacing
 ///    wherever the outputs are subnormal, whatever their size (measured on an
 ///    H100: warp-rows, correctly rounded, on f32 `values=subnormal()` outputs
@@ -118,6 +119,14 @@ double logit_noise(const LogitCondition& condition, double value);
 /// the outputs' signs, where the signed mean of outputs centred on 0 cancels
 /// (the truncating mutant survived 100 cases of every property on the H100
 /// machine with o.bias alone, 2026-11-25).
+///
+/// The floor carries the f32 accumulation term of the max and RMSE floors: a
+/// long row's sums carry one error that every query row sharing its keys
+/// repeats (a decode batch, MQA), which their mean does not average away. In
+/// a sweep on the H100 (2026-11-25), mma-ldmatrix-x4 on `b=1 hq=8 hkv=1 sq=4
+/// skv=32768 d=64 f16 values=normal(-0.8,1)` had a mean error of 1.04e-4 at
+/// t = 34 (outputs shrinking toward zero: tensor-core f32 accumulation),
+/// ratio 0.90 without the term and 0.45 with it (accumulation_o = 992).
 inline constexpr double kBiasT = 8.0;
 /// Why 8 and not the 4 of metrics.hpp's comment: the t statistic assumes
 /// independent errors, and a correct kernel's errors are not: the rows of a
