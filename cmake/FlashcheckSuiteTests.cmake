@@ -33,7 +33,9 @@ function(flashcheck_discover_tests target)
   set(labels "${arg_LABELS}")
   string(MD5 tag "${arg_PREFIX}${arg_SUITE_REGEX}${arg_PER_SUITE}")
   set(script "${CMAKE_CURRENT_BINARY_DIR}/${target}_tests_${tag}.cmake")
-  set(properties "LABELS \"${labels}\" PROCESSORS ${arg_PROCESSORS} ENVIRONMENT \"${environment}\" TIMEOUT ${arg_TIMEOUT} SKIP_REGULAR_EXPRESSION \"\\\\[  SKIPPED \\\\]\"")
+  # FIXTURES_REQUIRED test_tmp: the tests' TMPDIR, prepared before and checked
+  # empty after them (properties/CMakeLists.txt).
+  set(properties "LABELS \"${labels}\" PROCESSORS ${arg_PROCESSORS} ENVIRONMENT \"${environment}\" TIMEOUT ${arg_TIMEOUT} FIXTURES_REQUIRED test_tmp SKIP_REGULAR_EXPRESSION \"\\\\[  SKIPPED \\\\]\"")
   if(arg_RESOURCE_GROUPS)
     string(APPEND properties " RESOURCE_GROUPS \"${arg_RESOURCE_GROUPS}\"")
   endif()

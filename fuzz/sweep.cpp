@@ -138,13 +138,19 @@ using namespace detail;
 /// pins it to that device (CUDA_VISIBLE_DEVICES), for one worker per GPU.
 /// `threads` is its share of the host's cores: its OpenMP thread count, unless
 /// OMP_NUM_THREADS says otherwise (so that N workers never spin N x cores threads).
+/// Each process gets a temporary folder of its own (its TMPDIR), removed when
+/// it ends however it ends: a worker killed by the watchdog or a crash cannot
+/// clean up what it made there (an external subject's exchange folder, say).
 class Worker {
  public:
   Worker(std::string exe, int gpu, int threads, EveryRow every_row)
       : exe_(std::move(exe)), gpu_(gpu), threads_(threads), every_row_(std::string(to_string(every_row))) {}
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
-  ~Worker() { stop(); }
+  ~Worker() {
+    stop();
+    remove_scratch();
+  }
 
   enum class Outcome { record, died, timed_out };
   struct Reply {
@@ -222,10 +228,23 @@ class Worker {
     ::waitpid(pid_, nullptr, 0);
     pid_ = -1;
     buffer_.clear();
+    remove_scratch();
   }
 
  private:
+  void remove_scratch() {
+    if (scratch_.empty()) return;
+    std::error_code ignored;
+    fs::remove_all(scratch_, ignored);
+    scratch_.clear();
+  }
+
   void start() {
+    remove_scratch();
+    std::string pattern = (fs::temp_directory_path() / "flashcheck-worker-XXXXXX").string();
+    if (!::mkdtemp(pattern.data()))
+      throw std::runtime_error(fmt::format("fuzz: cannot make a folder like {}: {}", pattern, std::strerror(errno)));
+    scratch_ = pattern;
     int down[2], up[2];
     if (::pipe2(down, O_CLOEXEC) != 0 || ::pipe2(up, O_CLOEXEC) != 0)
       throw std::runtime_error(fmt::format("fuzz: cannot create a pipe: {}", std::strerror(errno)));
@@ -237,6 +256,7 @@ class Worker {
       if (gpu_ >= 0) ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(gpu_).c_str(), 1);
       ::setenv("OMP_NUM_THREADS", std::to_string(threads_).c_str(), /*overwrite=*/0);
       ::setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/0);
+      ::setenv("TMPDIR", scratch_.c_str(), 1);
       ::execl(exe_.c_str(), exe_.c_str(), "fuzz-worker", "--every-row", every_row_.c_str(),
               static_cast<char*>(nullptr));
       ::_exit(127);
@@ -256,6 +276,7 @@ class Worker {
     pid_ = -1;
     buffer_.clear();
     busy_ = false;
+    remove_scratch();
     std::string how = WIFSIGNALED(status) ? fmt::format("worker killed by signal {} ({})", WTERMSIG(status),
                                                         strsignal(WTERMSIG(status)))
                                           : fmt::format("worker exited with status {}", WEXITSTATUS(status));
@@ -272,6 +293,7 @@ class Worker {
   std::string every_row_;  // the workers' --every-row (to_string(EveryRow))
   Clock::time_point deadline_;
   std::string buffer_;
+  std::string scratch_;  // the running process's TMPDIR
 };
 
 /// A 64-bit mix of (seed, k) (splitmix64's finaliser): spreads subjects over cases.

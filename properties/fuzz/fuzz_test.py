@@ -155,8 +155,13 @@ class Sweep(unittest.TestCase):
     def test_kill_9_of_the_driver_loses_nothing_and_records_nothing_twice(self):
         out = self.out("a")
         args = [BINARY, "fuzz", "--out", out, "--subjects", "smoke-cpu-lowp,cpu-plain", "--cases", "400", "--seed", "2"]
+        # A killed driver cannot remove its workers' temporary folders: they go
+        # under this test's folder, which tearDown removes.
+        killed_tmp = self.out("killed-tmp")
+        os.makedirs(killed_tmp)
+        killed_env = dict(os.environ, TMPDIR=killed_tmp)
         for _ in range(3):  # kill it three times, at different points
-            driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            driver = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=killed_env)
             time.sleep(0.3)
             os.kill(driver.pid, signal.SIGKILL)
             driver.wait()

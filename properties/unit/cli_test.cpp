@@ -20,13 +20,25 @@ struct Outcome {
   std::string out, err;
 };
 
+// This process's scratch folders, one per test, removed when the tests end.
+std::filesystem::path scratch_root() {
+  return std::filesystem::temp_directory_path() / ("flashcheck_cli_test_" + std::to_string(::getpid()));
+}
+
 std::filesystem::path scratch_dir() {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("flashcheck_cli_test_" + std::to_string(::getpid()) + "_" +
-                    testing::UnitTest::GetInstance()->current_test_info()->name());
+  const auto dir = scratch_root() / testing::UnitTest::GetInstance()->current_test_info()->name();
   std::filesystem::create_directories(dir);
   return dir;
 }
+
+class RemoveScratch : public testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ignored;
+    std::filesystem::remove_all(scratch_root(), ignored);
+  }
+};
+[[maybe_unused]] testing::Environment* const remove_scratch = testing::AddGlobalTestEnvironment(new RemoveScratch);
 
 std::string slurp(const std::filesystem::path& path) {
   std::ifstream file(path);
