@@ -40,6 +40,7 @@ import warnings
 
 # The worker protocol comes from the flashcheck_worker package (python/):
 # the repository's own copy, whether or not one is installed.
+sys.dont_write_bytecode = True  # no __pycache__ in the repository's python/src
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "src"))
 from flashcheck_worker import Hello, Result, Unsupported, serve  # noqa: E402
 

@@ -36,6 +36,7 @@ import sys
 import time
 
 # The repository's own package, whether or not one is installed.
+sys.dont_write_bytecode = True  # no __pycache__ in the repository's python/src
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "src"))
 from flashcheck_worker import Failed, Fatal, Hello, Result, Unsupported, Worker, npy, serve  # noqa: E402
 

@@ -90,14 +90,15 @@ def write(path: str, descr: str, shape: Sequence[int], payload: bytes) -> None:
 
 def bf16_to_float(bits: int) -> float:
     """The float a bf16 bit pattern stands for."""
-    return struct.unpack("<f", struct.pack("<I", (bits & 0xFFFF) << 16))[0]
+    value: float = struct.unpack("<f", struct.pack("<I", (bits & 0xFFFF) << 16))[0]
+    return value
 
 
 def float_to_bf16(value: float) -> int:
     """The bf16 bit pattern nearest to `value` (ties to even), from the exact float64."""
     if math.isnan(value):
         return 0x7FC0
-    bits = struct.unpack("<Q", struct.pack("<d", value))[0]
+    bits: int = struct.unpack("<Q", struct.pack("<d", value))[0]
     sign, exponent, mantissa = bits >> 63, (bits >> 52) & 0x7FF, bits & ((1 << 52) - 1)
     if value == 0 or exponent == 0:  # zero and float64 subnormals (far below bf16's)
         return sign << 15

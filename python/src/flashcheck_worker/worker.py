@@ -74,7 +74,7 @@ class Shape:
 
     @classmethod
     def from_json(cls, fields: Mapping[str, Any]) -> "Shape":
-        names = cls.__dataclass_fields__.keys()  # type: ignore[attr-defined]
+        names = cls.__dataclass_fields__.keys()
         missing = [name for name in names if name not in fields]
         if missing:
             raise ValueError(f"the request's shape lacks {', '.join(missing)}")
@@ -188,17 +188,17 @@ def _numpy_bytes(array: Any, dtype: str, shape: Tuple[int, ...], what: str) -> b
         raise ValueError(f"{what} has shape {list(array.shape)}, the problem needs {list(shape)}")
     if dtype == "bf16":
         if array.dtype in (np.uint16, np.int16):
-            return np.ascontiguousarray(array).astype("<u2", copy=False).tobytes()
+            return bytes(np.ascontiguousarray(array).astype("<u2", copy=False).tobytes())
         if array.dtype == np.float32 or array.dtype == np.float16:
             bits = np.ascontiguousarray(array, dtype="<f4").view("<u4").astype(np.uint64)
             rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype("<u2")  # nearest, ties to even
             nan = np.isnan(np.asarray(array, dtype=np.float32))
             rounded[nan] = 0x7FC0
-            return rounded.tobytes()
+            return bytes(rounded.tobytes())
         # float64 and wider: exactly, without rounding through float32 first.
         return npy.encode(np.asarray(array, dtype=np.float64).ravel().tolist(), dtype)
     with np.errstate(over="ignore"):
-        return np.ascontiguousarray(array).astype(npy.DESCR[dtype]).tobytes()
+        return bytes(np.ascontiguousarray(array).astype(npy.DESCR[dtype]).tobytes())
 
 
 def _to_bytes(values: Any, dtype: str, shape: Tuple[int, ...], what: str) -> bytes:
