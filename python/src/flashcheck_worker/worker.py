@@ -286,7 +286,8 @@ class Worker:
         try:
             declared = self.capabilities(subject) if callable(self.capabilities) else self.capabilities
         except Exception as error:  # no GPU, a missing import: the handshake says so
-            log(traceback.format_exc())
+            if not isinstance(error, Failed):
+                log(traceback.format_exc())
             return {"type": "error", "message": _describe(error)}
         hello = declared if isinstance(declared, Hello) else Hello(dict(declared))
         unknown = sorted(set(hello.capabilities) - CAPABILITY_KEYS)
