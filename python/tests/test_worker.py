@@ -132,6 +132,11 @@ def test_raised_answers(tmp_path):
     assert not any("fatal" in r for r in replies)
 
 
+def test_a_result_of_another_type_is_an_error(tmp_path):
+    replies, _ = converse([HELLO, run_request(tmp_path)], lambda request: {"o": [0.0] * 12})
+    assert replies[1]["message"] == "TypeError: run_fn returned a dict, not a flashcheck_worker.Result"
+
+
 def test_no_o_at_all_is_an_error_not_a_silent_ok(tmp_path):
     replies, _ = converse([HELLO, run_request(tmp_path)], lambda request: None)
     assert replies[1]["status"] == "error" and "returned no O and wrote none" in replies[1]["message"]

@@ -314,7 +314,11 @@ class Worker:
         reply: Dict[str, Any] = {"type": "result", "id": message.get("id")}
         try:
             request = self.parse(message)
-            result = self.run_fn(request) or Result()
+            result = self.run_fn(request)
+            if result is None:
+                result = Result()
+            if not isinstance(result, Result):
+                raise TypeError(f"run_fn returned a {type(result).__name__}, not a flashcheck_worker.Result")
             if request.timing is not None:
                 times = list(result.times_ms or ())
                 if len(times) != request.timing.repeats:
