@@ -10,6 +10,7 @@ Everything is written under WORK_DIR, which is removed and made anew:
   WORK_DIR/venv  `python3 -m venv --system-site-packages`: fresh, with the
                  system's pytest and NumPy visible (scripts/setup installs
                  python3-pytest; Debian's python3-venv provides ensurepip)
+  WORK_DIR/pytest-tmp  the tests' temporary folders (not in $TMPDIR)
 
 Offline first: when the environment has setuptools (and wheel, for
 setuptools < 70.1), `pip install --no-index --no-build-isolation`; otherwise
@@ -82,7 +83,8 @@ def main():
                  f"not from the venv {venv}")
     print(f"check_install: flashcheck_worker installed at {installed}")
     os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
-    run(python, "-m", "pytest", "-p", "no:cacheprovider", "-q", os.path.join(source, "tests"), cwd=work)
+    run(python, "-m", "pytest", "-p", "no:cacheprovider", "--basetemp", os.path.join(work, "pytest-tmp"), "-q",
+        os.path.join(source, "tests"), cwd=work)
 
 
 if __name__ == "__main__":

@@ -201,6 +201,16 @@ def test_numpy_arrays_in_and_out(tmp_path):
     assert npy.decode(npy.read(request["outputs"]["lse"])) == [0.0] * 6
 
 
+def test_bf16_bit_patterns_pass_as_they_are_from_int16_too(tmp_path):
+    np = pytest.importorskip("numpy")
+    request = run_request(tmp_path, dtype="bf16")
+    bits = [npy.float_to_bf16(x) for x in (-1.5, 2.0, -0.0, -3e38, 1e-40, 7.0)] * 2  # sign bits set: negative int16
+    as_int16 = np.array(bits, dtype=np.uint16).view(np.int16).reshape(1, 2, 3, 2)
+    replies, _ = converse([HELLO, request], lambda r: fw.Result(o=as_int16))
+    assert replies[1]["status"] == "ok", replies[1]
+    assert list(np.frombuffer(npy.read(request["outputs"]["o"]).data, dtype="<u2")) == bits
+
+
 def test_numpy_output_of_the_wrong_shape_is_an_error(tmp_path):
     np = pytest.importorskip("numpy")
     replies, _ = converse([HELLO, run_request(tmp_path)], lambda r: fw.Result(o=np.zeros((1, 3, 2, 2))))

@@ -188,7 +188,7 @@ def _numpy_bytes(array: Any, dtype: str, shape: Tuple[int, ...], what: str) -> b
         raise ValueError(f"{what} has shape {list(array.shape)}, the problem needs {list(shape)}")
     if dtype == "bf16":
         if array.dtype in (np.uint16, np.int16):
-            return bytes(np.ascontiguousarray(array).astype("<u2", copy=False).tobytes())
+            return bytes(np.ascontiguousarray(array).view(np.uint16).astype("<u2", copy=False).tobytes())
         if array.dtype == np.float32 or array.dtype == np.float16:
             bits = np.ascontiguousarray(array, dtype="<f4").view("<u4").astype(np.uint64)
             rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype("<u2")  # nearest, ties to even
