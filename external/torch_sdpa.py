@@ -34,28 +34,17 @@ documented convention) becomes flashcheck's -inf. Nothing else is mapped: a
 NaN, a nonzero row where every key is masked, or an LSE of 0 for such a row
 is returned as it came, for flashcheck to judge.
 """
-import json
-import math
+import os
 import sys
-import time
-import traceback
 import warnings
 
-PROTOCOL = 1
+# The worker protocol comes from the flashcheck_worker package (python/):
+# the repository's own copy, whether or not one is installed.
+sys.dont_write_bytecode = True  # no __pycache__ in the repository's python/src
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "src"))
+from flashcheck_worker import Hello, Result, Unsupported, serve  # noqa: E402
+
 SUBJECTS = ("torch-flash", "torch-efficient", "torch-cudnn", "torch-math")
-
-
-def log(*args):
-    print("torch_sdpa:", *args, file=sys.stderr, flush=True)
-
-
-def reply(message):
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
-
-
-class Unsupported(Exception):
-    pass
 
 
 def capabilities(subject, torch):
@@ -109,9 +98,10 @@ class Backend:
                 f"{torch.cuda.get_device_name()}")
 
     # ---- inputs and outputs ------------------------------------------------
-    def load(self, path, shape):
+    def load(self, request, name):
         np, torch = self.np, self.torch
-        array = np.load(path)
+        shape = request.message["shape"]
+        array = request.load(name)  # bf16 as its bit pattern
         if shape["dtype"] == "bf16":
             tensor = torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
         else:
@@ -120,18 +110,11 @@ class Backend:
         # Storage order -> [B, H, S, D] view.
         return tensor.transpose(1, 2) if shape["layout"] == "bshd" else tensor
 
-    def save_o(self, o_bhsd, shape, path):
-        np = self.np
+    def o_array(self, o_bhsd, shape):
+        """O in storage order as NumPy (bf16 as its bit pattern), for the package to write."""
         o = o_bhsd.transpose(1, 2) if shape["layout"] == "bshd" else o_bhsd
         o = o.to(self.dtypes[shape["dtype"]]).contiguous().cpu()
-        if shape["dtype"] == "bf16":
-            array = o.view(self.torch.int16).numpy().view(np.uint16)
-        else:
-            array = o.numpy()
-        np.save(path, array)
-
-    def save_lse(self, lse, path):
-        self.np.save(path, lse.float().contiguous().cpu().numpy())
+        return o.view(self.torch.int16).numpy() if shape["dtype"] == "bf16" else o.numpy()
 
     # ---- masks ---------------------------------------------------------------
     def visible(self, shape):
@@ -255,12 +238,11 @@ class Backend:
 
     def run(self, request):
         torch = self.torch
-        shape = request["shape"]
-        q, k, v = (self.load(request["inputs"][key], shape) for key in ("q", "k", "v"))
+        shape = request.message["shape"]
+        q, k, v = (self.load(request, key) for key in ("q", "k", "v"))
         call, finish = self.prepare(shape, q, k, v)
-        timing = request.get("timing")
-        if timing:
-            return {"times_ms": self.time(shape, call, q, k, v, timing)}
+        if request.timing:
+            return Result(times_ms=self.time(shape, call, q, k, v, request.timing))
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         try:
@@ -277,24 +259,22 @@ class Backend:
         torch.cuda.synchronize()
         if finish:
             o, lse = finish(o, lse)
-        self.save_o(o, shape, request["outputs"]["o"])
-        if lse is not None:
-            self.save_lse(lse, request["outputs"]["lse"])
-        return {"time_ms": start.elapsed_time(stop)}
+        return Result(o=self.o_array(o, shape), lse=None if lse is None else lse.float().contiguous().cpu().numpy(),
+                      time_ms=start.elapsed_time(stop))
 
     def time(self, shape, call, q, k, v, timing):
         """CUDA-event times of the call alone; the inputs' copies rotate only
         through the closure's own tensors, so input_sets > 1 re-prepares."""
         torch = self.torch
         sets = [call]
-        for _ in range(1, max(1, timing.get("input_sets", 1))):
+        for _ in range(1, max(1, timing.input_sets)):
             copy = [t.clone() for t in (q, k, v)]
             sets.append(self.prepare(shape, *copy)[0])
-        for n in range(timing["warmup"]):
+        for n in range(timing.warmup):
             sets[n % len(sets)]()
         torch.cuda.synchronize()
         times = []
-        for n in range(timing["repeats"]):
+        for n in range(timing.repeats):
             start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             sets[n % len(sets)]()
@@ -304,57 +284,23 @@ class Backend:
         return times
 
 
+def is_fatal(error):
+    """A CUDA error is sticky: this process's context cannot run another
+    case. The package says so (flashcheck starts a new worker) and exits."""
+    return "CUDA error" in str(error) or type(error).__name__ == "AcceleratorError"
+
+
 def main():
     backend = None
-    for line in sys.stdin:
-        try:
-            request = json.loads(line)
-        except ValueError:
-            reply({"type": "error", "message": "malformed request"})
-            continue
-        kind = request.get("type")
-        if kind == "hello":
-            subject = request.get("subject")
-            if request.get("protocol") != PROTOCOL:
-                reply({"type": "error", "message": f"this worker speaks protocol {PROTOCOL}"})
-                continue
-            if subject not in SUBJECTS:
-                reply({"type": "error", "message": f"unknown subject {subject!r}; this worker serves "
-                                                   f"{', '.join(SUBJECTS)}"})
-                continue
-            try:
-                backend = Backend(subject)
-                caps = capabilities(subject, backend.torch)
-                version = backend.version()
-            except Exception as error:  # no torch, no GPU: the handshake says so
-                reply({"type": "error", "message": f"{type(error).__name__}: {error}"})
-                continue
-            reply({"type": "hello", "protocol": PROTOCOL, "subject": subject,
-                   "description": f"PyTorch SDPA backend {subject.split('-', 1)[1]} (external worker)",
-                   "version": version, "capabilities": caps})
-            continue
-        if kind != "run" or backend is None:
-            reply({"type": "result", "id": request.get("id"), "status": "error",
-                   "message": "a run request before the handshake" if backend is None else f"unknown request {kind!r}"})
-            continue
-        started = time.perf_counter()
-        try:
-            answer = backend.run(request)
-            answer.update({"type": "result", "id": request["id"], "status": "ok"})
-        except Unsupported as why:
-            answer = {"type": "result", "id": request["id"], "status": "unsupported", "reason": str(why)}
-        except Exception as error:  # the worker's own bugs included: a recorded failure, never hidden
-            answer = {"type": "result", "id": request["id"], "status": "error",
-                      "message": f"{type(error).__name__}: {error}"}
-            log(traceback.format_exc())
-            # A CUDA error is sticky: this process's context cannot run
-            # another case. Say so (flashcheck starts a new worker) and go.
-            if "CUDA error" in str(error) or type(error).__name__ == "AcceleratorError":
-                answer["fatal"] = True
-        answer["worker_ms"] = (time.perf_counter() - started) * 1e3
-        reply(answer)
-        if answer.get("fatal"):
-            sys.exit(1)
+
+    def hello(subject):  # no torch, no GPU: what this raises is the handshake's error
+        nonlocal backend
+        backend = Backend(subject)
+        return Hello(capabilities(subject, backend.torch),
+                     description=f"PyTorch SDPA backend {subject.split('-', 1)[1]} (external worker)",
+                     version=backend.version())
+
+    sys.exit(serve(hello, lambda request: backend.run(request), subjects=SUBJECTS, is_fatal=is_fatal))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""A fake external worker for flashcheck's protocol tests: the standard library
-only (no NumPy, no GPU), a small exact attention in float64, and modes that
-misbehave on purpose.
+"""A fake external worker for flashcheck's protocol tests, on the
+flashcheck_worker package (python/, standard library only: no NumPy, no GPU):
+a small exact attention in float64, and modes that misbehave on purpose. The
+package is imported from this repository's python/src without installing it.
 
     fake_worker.py [--mode MODE] [--at N]
 
@@ -28,14 +29,16 @@ MODE (default good):
 Case numbers count this process's cases from 1: after a restart, again from 1.
 """
 import argparse
-import ast
-import json
 import math
 import os
 import signal
-import struct
 import sys
 import time
+
+# The repository's own package, whether or not one is installed.
+sys.dont_write_bytecode = True  # no __pycache__ in the repository's python/src
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "src"))
+from flashcheck_worker import Failed, Fatal, Hello, Result, Unsupported, Worker, npy, serve  # noqa: E402
 
 CAPS = {
     "dtypes": ["f32", "f16", "bf16"],
@@ -49,99 +52,29 @@ CAPS = {
     "max_seqlen_kv": 24,
     "tile_q": 8,
     "tile_kv": 8,
+    "nonfinite_inputs": False,
 }
-DESCR = {"f32": "<f4", "f16": "<f2", "bf16": "<u2"}
-
-
-def read_npy(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    assert data[:6] == b"\x93NUMPY", path
-    length = struct.unpack("<H", data[8:10])[0]
-    header = ast.literal_eval(data[10:10 + length].decode("latin1"))
-    body = data[10 + length:]
-    count = math.prod(header["shape"])
-    descr = header["descr"]
-    if descr == "<f4":
-        values = struct.unpack(f"<{count}f", body)
-    elif descr == "<f2":
-        values = struct.unpack(f"<{count}e", body)
-    elif descr == "<u2":  # bf16 bit patterns
-        values = [struct.unpack("<f", struct.pack("<I", bits << 16))[0] for bits in struct.unpack(f"<{count}H", body)]
-    else:
-        raise ValueError(f"unexpected dtype {descr}")
-    return list(header["shape"]), list(values)
-
-
-def to_bits(value, dtype):
-    """One value rounded to nearest even in dtype, as packed bytes."""
-    if dtype == "f32":
-        try:
-            return struct.pack("<f", value)
-        except OverflowError:
-            return struct.pack("<f", math.copysign(math.inf, value))
-    if dtype == "f16":
-        try:
-            return struct.pack("<e", value)
-        except OverflowError:
-            return struct.pack("<e", math.copysign(math.inf, value))
-    # bf16 from the exact float64: its float32 rounding first would round twice.
-    if math.isnan(value):
-        return struct.pack("<H", 0x7FC0)
-    bits = struct.unpack("<Q", struct.pack("<d", value))[0]
-    sign, exponent, mantissa = bits >> 63, (bits >> 52) & 0x7FF, bits & ((1 << 52) - 1)
-    if value == 0 or exponent == 0:  # zero and float64 subnormals (far below bf16's)
-        return struct.pack("<H", sign << 15)
-    e = exponent - 1023
-    if e < -126:  # bf16 subnormal: scale to an integer count of 2^-133
-        scaled = abs(value) * 2.0 ** 133
-        integer = round(scaled)  # Python rounds half to even
-        return struct.pack("<H", (sign << 15) | integer)
-    full = (1 << 52) | mantissa  # 53 bits
-    kept, rest = full >> 45, full & ((1 << 45) - 1)  # 8 bits kept (1 hidden + 7)
-    half = 1 << 44
-    if rest > half or (rest == half and kept & 1):
-        kept += 1
-        if kept == 1 << 8:
-            kept >>= 1
-            e += 1
-    if e > 127:
-        return struct.pack("<H", (sign << 15) | 0x7F80)
-    return struct.pack("<H", (sign << 15) | ((e + 127) << 7) | (kept & 0x7F))
-
-
-def write_npy(path, descr, shape, payload):
-    dims = ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "")
-    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (descr, dims)
-    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode("latin1") + payload)
 
 
 def visible(shape, i, j):
-    lq, lk = shape["seqlen_q"], shape["seqlen_kv"]
-    mask = shape["mask"]
+    lq, lk = shape.seqlen_q, shape.seqlen_kv
+    mask = shape.mask
     if mask == "none":
         return True
     if mask == "causal_tl":
         return j <= i
     if mask == "causal_br":
         return j <= i + lk - lq
-    left, right = shape["window_left"], shape["window_right"]
+    left, right = shape.window_left, shape.window_right
     centre = i + lk - lq
     return (left < 0 or j >= centre - left) and (right < 0 or j <= centre + right)
 
 
-def attention(shape, inputs):
-    """O [rows in storage order] and LSE [b][h][i], exactly in float64."""
-    b_n, hq, hkv = shape["batch"], shape["heads_q"], shape["heads_kv"]
-    sq, skv, d, dv = shape["seqlen_q"], shape["seqlen_kv"], shape["head_dim"], shape["head_dim_v"]
-    bshd = shape["layout"] == "bshd"
-    tensors = {}
-    for key in "qkv":
-        _, values = read_npy(inputs[key])
-        tensors[key] = values
-    q, k, v = tensors["q"], tensors["k"], tensors["v"]
+def attention(shape, scale, q, k, v):
+    """O [flat, storage order] and LSE [b][h][i], exactly in float64."""
+    b_n, hq, hkv = shape.batch, shape.heads_q, shape.heads_kv
+    sq, skv, d, dv = shape.seqlen_q, shape.seqlen_kv, shape.head_dim, shape.head_dim_v
+    bshd = shape.layout == "bshd"
 
     def offset(b, h, s, heads, seq, dim):
         return (((b * seq + s) * heads + h) if bshd else ((b * heads + h) * seq + s)) * dim
@@ -159,7 +92,7 @@ def attention(shape, inputs):
                     if not visible(shape, i, j):
                         continue
                     kj = offset(b, hk, j, hkv, skv, d)
-                    scores.append((j, shape["softmax_scale"] * sum(a * c for a, c in zip(qrow, k[kj:kj + d]))))
+                    scores.append((j, scale * sum(a * c for a, c in zip(qrow, k[kj:kj + d]))))
                 oi = offset(b, h, i, hq, sq, dv)
                 if not scores:
                     lse[(b * hq + h) * sq + i] = -math.inf
@@ -175,9 +108,33 @@ def attention(shape, inputs):
     return o, lse
 
 
-def reply(message):
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+class FakeWorker(Worker):
+    """The protocol-level misbehaviours: they bend the package's own answers."""
+
+    mode = "good"
+    at = 1
+    cases = 0
+
+    def hello(self, message):
+        reply = super().hello(message)
+        if self.mode == "bad-protocol" and reply["type"] == "hello":
+            reply["protocol"] = 99
+        return reply
+
+    def answer(self, message):
+        FakeWorker.cases += 1
+        here = FakeWorker.cases == self.at
+        if here and self.mode == "garbage":
+            self.write_line("Traceback (most recent call last): this is not JSON")
+            return None
+        if here and self.mode == "null-reason":
+            return {"type": "result", "id": message["id"], "status": "unsupported", "reason": None}
+        if here and self.mode == "bad-status":
+            return {"type": "result", "id": message["id"], "status": 5}
+        reply = super().answer(message)
+        if here and self.mode == "wrong-id":
+            reply["id"] += 1
+        return reply
 
 
 def main():
@@ -187,79 +144,51 @@ def main():
     parser.add_argument("--tag", default="")  # ignored: lets a test find its workers
     args = parser.parse_args()
     mode = args.mode
+    FakeWorker.mode, FakeWorker.at = mode, args.at
     if mode == "exit":
         print("fake_worker: exiting before the handshake, as asked", file=sys.stderr)
         sys.exit(3)
     if mode == "noisy":
         print("loading the fake backend...", flush=True)
-    cases = 0
-    for line in sys.stdin:
-        request = json.loads(line)
-        if request["type"] == "hello":
-            if mode == "refuse":
-                reply({"type": "error", "message": "no device here (the fake refuses, as asked)"})
-                continue
-            caps = dict(CAPS, nonfinite_inputs=False)
-            if mode == "bad-caps":
-                caps["warp_speed"] = True
-            reply({"type": "hello", "protocol": 99 if mode == "bad-protocol" else 1, "subject": request["subject"],
-                   "description": f"fake worker ({mode})", "version": "fake 1.0", "capabilities": caps})
-            continue
-        if request["type"] != "run":
-            reply({"type": "result", "id": request.get("id"), "status": "error", "message": "unknown request"})
-            continue
-        cases += 1
-        here = cases == args.at
-        shape = request["shape"]
+
+    def capabilities(subject):
+        if mode == "refuse":
+            raise Failed("no device here (the fake refuses, as asked)")
+        caps = dict(CAPS, warp_speed=True) if mode == "bad-caps" else CAPS
+        return Hello(caps, description=f"fake worker ({mode})", version="fake 1.0")
+
+    def run(request):
+        here = FakeWorker.cases == args.at
+        shape = request.shape
         if mode == "unsupported":
-            reply({"type": "result", "id": request["id"], "status": "unsupported", "reason": "the fake supports nothing"})
-            continue
+            raise Unsupported("the fake supports nothing")
         if mode == "error":
-            reply({"type": "result", "id": request["id"], "status": "error", "message": "the fake failed, as asked"})
-            continue
+            raise Failed("the fake failed, as asked")
         if mode == "crash" and here:
             print("fake_worker: crashing on purpose", file=sys.stderr, flush=True)
             os.kill(os.getpid(), signal.SIGSEGV)
         if mode == "hang" and here:
             time.sleep(3600)
         if mode == "fatal" and here:
-            reply({"type": "result", "id": request["id"], "status": "error", "message": "CUDA error (fake)",
-                   "fatal": True})
-            sys.exit(1)
-        if mode == "null-reason" and here:
-            reply({"type": "result", "id": request["id"], "status": "unsupported", "reason": None})
-            continue
-        if mode == "bad-status" and here:
-            reply({"type": "result", "id": request["id"], "status": 5})
-            continue
-        if mode == "garbage" and here:
-            sys.stdout.write("Traceback (most recent call last): this is not JSON\n")
-            sys.stdout.flush()
-            continue
+            raise Fatal("CUDA error (fake)")
         start = time.perf_counter()
-        if mode == "wrong-scale":
-            shape = dict(shape, softmax_scale=shape["softmax_scale"] * 1.02)
-        o, lse = attention(shape, request["inputs"])
+        scale = shape.softmax_scale * (1.02 if mode == "wrong-scale" else 1.0)
+        o, lse = attention(shape, scale, request.read("q"), request.read("k"), request.read("v"))
         elapsed = (time.perf_counter() - start) * 1e3
-        dtype = shape["dtype"]
-        rows = [shape["batch"], shape["heads_q"], shape["seqlen_q"], shape["head_dim_v"]]
-        if shape["layout"] == "bshd":
-            rows[1], rows[2] = rows[2], rows[1]
+        if request.timing:
+            return Result(times_ms=[elapsed] * request.timing.repeats)
+        rows = list(shape.o_shape)
         if mode == "wrong-shape" and here:  # one query row too few
-            rows[1 if shape["layout"] == "bshd" else 2] -= 1
-            o = o[:math.prod(rows)]
+            rows[1 if shape.layout == "bshd" else 2] -= 1
+            npy.write(request.outputs["o"], npy.DESCR[shape.dtype], rows,
+                      npy.encode(o[:math.prod(rows)], shape.dtype))
+            return Result(lse=lse, time_ms=elapsed)
         if mode == "wrong-dtype" and here:
-            write_npy(request["outputs"]["o"], "<f4", rows, b"".join(to_bits(x, "f32") for x in o))
-        else:
-            write_npy(request["outputs"]["o"], DESCR[dtype], rows, b"".join(to_bits(x, dtype) for x in o))
-        if not (mode == "no-lse" and here):
-            write_npy(request["outputs"]["lse"], "<f4", [shape["batch"], shape["heads_q"], shape["seqlen_q"]],
-                      b"".join(to_bits(x, "f32") for x in lse))
-        answer = {"type": "result", "id": request["id"] + (1 if mode == "wrong-id" and here else 0), "status": "ok",
-                  "time_ms": elapsed}
-        if request.get("timing"):
-            answer["times_ms"] = [elapsed] * request["timing"]["repeats"]
-        reply(answer)
+            npy.write(request.outputs["o"], "<f4", rows, npy.encode(o, "f32"))
+            return Result(lse=lse, time_ms=elapsed)
+        return Result(o=o, lse=None if mode == "no-lse" and here else lse, time_ms=elapsed)
+
+    sys.exit(serve(capabilities, run, worker=FakeWorker))
 
 
 if __name__ == "__main__":

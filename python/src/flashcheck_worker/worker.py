@@ -1,0 +1,421 @@
+"""flashcheck's worker protocol (version 1, docs/external-subjects.md), served.
+
+`serve(capabilities, run_fn)` is a whole worker: it answers the handshake with
+the capabilities, then reads one request per line on stdin, calls `run_fn`
+for each case, writes O and LSE as .npy files and answers on stdout. What
+`run_fn` raises becomes the case's answer: `Unsupported` an `unsupported`
+answer, `Failed` an `error` with its message, `Fatal` an `error` after which
+the worker exits (a sticky CUDA error), and any other exception an `error`
+that names its type (its traceback goes to stderr, which flashcheck keeps in
+the worker's log).
+
+Only the standard library is needed. With NumPy installed, `Request.load`
+returns arrays and `Result` takes arrays as well as flat lists of floats.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import IO, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+from . import npy
+
+PROTOCOL = 1
+
+#: The capability keys flashcheck knows (core/subject.hpp's Capabilities).
+CAPABILITY_KEYS = frozenset({
+    "dtypes", "masks", "layouts", "head_dims", "min_head_dim", "max_head_dim", "max_head_dim_v",
+    "head_dim_v_equal", "gqa", "varlen", "lse", "seqlen_q_multiple", "seqlen_kv_multiple", "max_seqlen_q",
+    "max_seqlen_kv", "empty_sequences", "nonfinite_inputs", "may_flush_subnormals", "tile_q", "tile_kv",
+    "needs_gpu", "min_compute_capability", "compute_dtype", "known_deviations",
+})
+
+
+class Unsupported(Exception):
+    """The problem is outside what the worker can run: answered `unsupported` with this reason."""
+
+
+class Failed(Exception):
+    """The call failed: answered `error` with this message as it is."""
+
+
+class Fatal(Failed):
+    """The call failed and the worker cannot run another case: answered `error`
+    with `"fatal": true`, after which `serve` returns exit status 1."""
+
+
+# ---- requests ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Shape:
+    """A problem's fields as the protocol sends them beside its line."""
+
+    batch: int
+    heads_q: int
+    heads_kv: int
+    seqlen_q: int
+    seqlen_kv: int
+    lens_q: Optional[List[int]]
+    lens_kv: Optional[List[int]]
+    head_dim: int
+    head_dim_v: int
+    dtype: str
+    layout: str
+    mask: str
+    window_left: int
+    window_right: int
+    softmax_scale: float
+
+    @classmethod
+    def from_json(cls, fields: Mapping[str, Any]) -> "Shape":
+        names = cls.__dataclass_fields__.keys()
+        missing = [name for name in names if name not in fields]
+        if missing:
+            raise ValueError(f"the request's shape lacks {', '.join(missing)}")
+        return cls(**{name: fields[name] for name in names})
+
+    def storage(self, heads: int, seqlen: int, dim: int) -> Tuple[int, int, int, int]:
+        """A [B, H, S, D] tensor's shape in storage order: bhsd, or [B, S, H, D] for bshd."""
+        if self.layout == "bshd":
+            return (self.batch, seqlen, heads, dim)
+        return (self.batch, heads, seqlen, dim)
+
+    @property
+    def q_shape(self) -> Tuple[int, int, int, int]:
+        return self.storage(self.heads_q, self.seqlen_q, self.head_dim)
+
+    @property
+    def k_shape(self) -> Tuple[int, int, int, int]:
+        return self.storage(self.heads_kv, self.seqlen_kv, self.head_dim)
+
+    @property
+    def v_shape(self) -> Tuple[int, int, int, int]:
+        return self.storage(self.heads_kv, self.seqlen_kv, self.head_dim_v)
+
+    @property
+    def o_shape(self) -> Tuple[int, int, int, int]:
+        return self.storage(self.heads_q, self.seqlen_q, self.head_dim_v)
+
+    @property
+    def lse_shape(self) -> Tuple[int, int, int]:
+        return (self.batch, self.heads_q, self.seqlen_q)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A timing request (`flashcheck bench`): time `repeats` calls after
+    `warmup` calls, cycling through `input_sets` copies of the inputs."""
+
+    warmup: int
+    repeats: int
+    input_sets: int = 1
+
+
+@dataclass(frozen=True)
+class Request:
+    """One case. `inputs` and `outputs` map q, k, v and o, lse to .npy paths."""
+
+    id: int
+    subject: str
+    problem: str
+    shape: Shape
+    inputs: Mapping[str, str]
+    outputs: Mapping[str, str]
+    timing: Optional[Timing]
+    message: Mapping[str, Any] = field(repr=False)
+
+    def read(self, name: str) -> List[float]:
+        """Input q, k or v as Python floats, flat in storage order (standard library only)."""
+        return npy.decode(self._checked(name))
+
+    def load(self, name: str, *, bf16_as_float32: bool = False) -> Any:
+        """Input q, k or v as a NumPy array in storage order. bf16 comes as its
+        bit pattern (uint16; in PyTorch: `torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)`),
+        or as float32 with `bf16_as_float32`. Needs NumPy."""
+        import numpy as np
+
+        array = self._checked(name)
+        values = np.frombuffer(array.data, dtype=np.dtype(array.descr)).reshape(array.shape)
+        if bf16_as_float32 and array.descr == "<u2":
+            return (values.astype(np.uint32) << 16).view(np.float32)
+        return values.copy()
+
+    def _checked(self, name: str) -> npy.Array:
+        if name not in self.inputs:
+            raise KeyError(f"no input {name!r} (inputs: {', '.join(self.inputs)})")
+        array = npy.read(self.inputs[name])
+        want = {"q": self.shape.q_shape, "k": self.shape.k_shape, "v": self.shape.v_shape}.get(name)
+        if want is not None and (array.shape != want or array.descr != npy.DESCR[self.shape.dtype]):
+            raise ValueError(f"input {name} is {array.descr} {list(array.shape)}, the problem says "
+                             f"{npy.DESCR[self.shape.dtype]} {list(want)}")
+        return array
+
+
+# ---- results -----------------------------------------------------------------
+
+@dataclass
+class Result:
+    """What `run_fn` returns for a case.
+
+    `o` (and `lse`, if the capabilities declare it) in storage order: a NumPy
+    array of any float dtype (rounded to the problem's dtype; for bf16 a uint16
+    or int16 array is taken as bit patterns), or a flat sequence of floats.
+    None means that `run_fn` wrote the file at `request.outputs[...]` itself.
+    `time_ms` is the worker's own time of the call; a timing request answers
+    with `times_ms`, one per repeat, instead of outputs.
+    """
+
+    o: Any = None
+    lse: Any = None
+    time_ms: Optional[float] = None
+    times_ms: Optional[Sequence[float]] = None
+
+
+def _is_numpy(value: Any) -> bool:
+    return type(value).__module__ == "numpy" and hasattr(value, "dtype")
+
+
+def _numpy_bytes(array: Any, dtype: str, shape: Tuple[int, ...], what: str) -> bytes:
+    import numpy as np
+
+    if tuple(array.shape) != tuple(shape):
+        raise ValueError(f"{what} has shape {list(array.shape)}, the problem needs {list(shape)}")
+    if dtype == "bf16":
+        if array.dtype in (np.uint16, np.int16):
+            return bytes(np.ascontiguousarray(array).view(np.uint16).astype("<u2", copy=False).tobytes())
+        if array.dtype == np.float32 or array.dtype == np.float16:
+            bits = np.ascontiguousarray(array, dtype="<f4").view("<u4").astype(np.uint64)
+            rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype("<u2")  # nearest, ties to even
+            nan = np.isnan(np.asarray(array, dtype=np.float32))
+            rounded[nan] = 0x7FC0
+            return bytes(rounded.tobytes())
+        # float64 and wider: exactly, without rounding through float32 first.
+        return npy.encode(np.asarray(array, dtype=np.float64).ravel().tolist(), dtype)
+    with np.errstate(over="ignore"):
+        return bytes(np.ascontiguousarray(array).astype(npy.DESCR[dtype]).tobytes())
+
+
+def _to_bytes(values: Any, dtype: str, shape: Tuple[int, ...], what: str) -> bytes:
+    if _is_numpy(values):
+        return _numpy_bytes(values, dtype, shape, what)
+    values = list(values)
+    if len(values) != math.prod(shape):
+        raise ValueError(f"{what} has {len(values)} values, the problem needs {list(shape)} = {math.prod(shape)}")
+    return npy.encode(values, dtype)
+
+
+def write_outputs(request: Request, result: Result) -> None:
+    """Writes the result's O and LSE where the request asks, in the problem's dtype and shape."""
+    shape = request.shape
+    if result.o is not None:
+        npy.write(request.outputs["o"], npy.DESCR[shape.dtype], shape.o_shape,
+                  _to_bytes(result.o, shape.dtype, shape.o_shape, "O"))
+    elif not os.path.exists(request.outputs["o"]):
+        raise ValueError("run_fn returned no O and wrote none")
+    if result.lse is not None:
+        npy.write(request.outputs["lse"], "<f4", shape.lse_shape,
+                  _to_bytes(result.lse, "f32", shape.lse_shape, "LSE"))
+
+
+# ---- the worker --------------------------------------------------------------
+
+@dataclass
+class Hello:
+    """The handshake's answer: the capabilities (docs/external-subjects.md), a
+    description and a version string (copied into every record)."""
+
+    capabilities: Mapping[str, Any]
+    description: str = "external worker (flashcheck_worker)"
+    version: str = ""
+
+
+CapabilitiesArg = Union[Mapping[str, Any], Hello, Callable[[str], Union[Mapping[str, Any], Hello]]]
+RunFn = Callable[[Request], Optional[Result]]
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error).strip()
+    if isinstance(error, (Failed, Unsupported)):
+        return text or type(error).__name__
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def log(*args: Any) -> None:
+    """A line on stderr (the worker's log in flashcheck's folder for it)."""
+    print(*args, file=sys.stderr, flush=True)
+
+
+class Worker:
+    """The request loop of `serve`. Test workers subclass it to misbehave on
+    purpose (`answer` may return None after writing its own line)."""
+
+    def __init__(self, capabilities: CapabilitiesArg, run_fn: RunFn, *, subjects: Optional[Sequence[str]] = None,
+                 is_fatal: Optional[Callable[[BaseException], bool]] = None, output: Optional[IO[str]] = None):
+        self.capabilities = capabilities
+        self.run_fn = run_fn
+        self.subjects = tuple(subjects) if subjects is not None else None
+        self.is_fatal = is_fatal or (lambda error: False)
+        self.output: IO[str] = output if output is not None else sys.stdout
+        self.subject: Optional[str] = None
+        self.exit_status: Optional[int] = None
+
+    # ---- transport -----------------------------------------------------------
+    def write_line(self, text: str) -> None:
+        self.output.write(text + "\n")
+        self.output.flush()
+
+    def send(self, message: Mapping[str, Any]) -> None:
+        self.write_line(json.dumps(message, allow_nan=False, default=float))
+
+    # ---- the handshake -------------------------------------------------------
+    def hello(self, message: Mapping[str, Any]) -> Dict[str, Any]:
+        """The answer to a hello: the worker's hello, or an error."""
+        subject = message.get("subject")
+        if message.get("protocol") != PROTOCOL:
+            return {"type": "error", "message": f"this worker speaks protocol {PROTOCOL}, not "
+                                                f"{message.get('protocol')!r}"}
+        if not isinstance(subject, str) or (self.subjects is not None and subject not in self.subjects):
+            served = ", ".join(self.subjects or ())
+            return {"type": "error", "message": f"unknown subject {subject!r}; this worker serves {served}"}
+        try:
+            declared = self.capabilities(subject) if callable(self.capabilities) else self.capabilities
+        except Exception as error:  # no GPU, a missing import: the handshake says so
+            if not isinstance(error, Failed):
+                log(traceback.format_exc())
+            return {"type": "error", "message": _describe(error)}
+        hello = declared if isinstance(declared, Hello) else Hello(dict(declared))
+        unknown = sorted(set(hello.capabilities) - CAPABILITY_KEYS)
+        if unknown:  # flashcheck refuses them and names them; a note in the log says where they came from
+            log(f"flashcheck_worker: unknown capability key(s) {', '.join(unknown)}: flashcheck will refuse them")
+        self.subject = subject
+        return {"type": "hello", "protocol": PROTOCOL, "subject": subject, "description": hello.description,
+                "version": hello.version, "capabilities": dict(hello.capabilities)}
+
+    # ---- a case --------------------------------------------------------------
+    def parse(self, message: Mapping[str, Any]) -> Request:
+        timing = message.get("timing")
+        return Request(
+            id=message["id"], subject=self.subject or "", problem=str(message.get("problem", "")),
+            shape=Shape.from_json(message["shape"]), inputs=dict(message.get("inputs") or {}),
+            outputs=dict(message.get("outputs") or {}),
+            timing=Timing(int(timing["warmup"]), int(timing["repeats"]), int(timing.get("input_sets", 1)))
+            if timing else None,
+            message=message)
+
+    def answer(self, message: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+        """The result for a run request (None: nothing to send)."""
+        started = time.perf_counter()
+        reply: Dict[str, Any] = {"type": "result", "id": message.get("id")}
+        try:
+            request = self.parse(message)
+            result = self.run_fn(request)
+            if result is None:
+                result = Result()
+            if not isinstance(result, Result):
+                raise TypeError(f"run_fn returned a {type(result).__name__}, not a flashcheck_worker.Result")
+            if request.timing is not None:
+                times = list(result.times_ms or ())
+                if len(times) != request.timing.repeats:
+                    raise ValueError(f"a timing request needs {request.timing.repeats} times_ms, "
+                                     f"run_fn returned {len(times)}")
+                if not all(math.isfinite(float(t)) for t in times):
+                    raise ValueError(f"run_fn returned times_ms {times}: every time must be finite")
+                reply.update(status="ok", times_ms=[float(t) for t in times])
+            else:
+                write_outputs(request, result)
+                reply["status"] = "ok"
+                if result.time_ms is not None and math.isfinite(float(result.time_ms)):
+                    reply["time_ms"] = float(result.time_ms)
+        except Unsupported as why:
+            reply.update(status="unsupported", reason=_describe(why))
+        except Exception as error:  # the worker's own bugs included: a recorded failure, never hidden
+            reply.update(status="error", message=_describe(error))
+            if not isinstance(error, Failed) or isinstance(error, Fatal):
+                log(traceback.format_exc())
+            if isinstance(error, Fatal) or self.is_fatal(error):
+                reply["fatal"] = True
+        reply["worker_ms"] = (time.perf_counter() - started) * 1e3
+        return reply
+
+    # ---- the loop ------------------------------------------------------------
+    def handle(self, line: str) -> None:
+        try:
+            message = json.loads(line)
+            if not isinstance(message, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            self.send({"type": "error", "message": "malformed request"})
+            return
+        kind = message.get("type")
+        if kind == "hello":
+            self.send(self.hello(message))
+            return
+        if kind != "run" or self.subject is None:
+            why = "a run request before the handshake" if self.subject is None else f"unknown request {kind!r}"
+            self.send({"type": "result", "id": message.get("id"), "status": "error", "message": why})
+            return
+        reply = self.answer(message)
+        if reply is not None:
+            self.send(reply)
+            if reply.get("fatal"):
+                self.exit_status = 1
+
+    def serve(self, lines: Iterator[str]) -> int:
+        """Answers every line until the input ends (0) or a fatal error (1)."""
+        for line in lines:
+            if not line.strip():
+                continue
+            self.handle(line)
+            if self.exit_status is not None:
+                return self.exit_status
+        return 0
+
+
+@contextlib.contextmanager
+def _replies_on_stdout_only() -> Iterator[IO[str]]:
+    """Yields a stream on the real stdout and points fd 1 and sys.stdout at
+    stderr meanwhile: a print in the kernel's code or a library's banner
+    would otherwise be read as the reply to the next request."""
+    sys.stdout.flush()
+    replies_fd = os.dup(1)
+    os.dup2(2, 1)
+    saved = sys.stdout
+    sys.stdout = sys.stderr
+    replies = os.fdopen(replies_fd, "w", encoding="utf-8")
+    try:
+        yield replies
+    finally:
+        sys.stdout = saved
+        replies.close()
+
+
+def serve(capabilities: CapabilitiesArg, run_fn: RunFn, *, subjects: Optional[Sequence[str]] = None,
+          is_fatal: Optional[Callable[[BaseException], bool]] = None, input: Optional[IO[str]] = None,
+          output: Optional[IO[str]] = None, worker: Optional[Callable[..., Worker]] = None) -> int:
+    """Serves flashcheck's worker protocol until stdin closes; returns the exit
+    status (0, or 1 after a fatal error) for `sys.exit`.
+
+    capabilities: the domain (a mapping of docs/external-subjects.md's keys),
+        a `Hello`, or a function of the subject name that returns either; it
+        is called at the handshake, and what it raises is the handshake's error.
+    run_fn: called with each `Request`; returns a `Result` (or None when it
+        wrote the outputs itself), or raises `Unsupported`, `Failed` or `Fatal`.
+    subjects: the names this worker serves (default: any name).
+    is_fatal: which other exceptions leave the worker unable to go on.
+    input, output: the streams (default: stdin, and stdout, with fd 1 and
+        sys.stdout sent to stderr while serving so that stray prints cannot
+        break the protocol).
+    worker: a `Worker` subclass to use (test workers that misbehave).
+    """
+    make = worker or Worker
+    lines = input if input is not None else sys.stdin
+    if output is not None:
+        return make(capabilities, run_fn, subjects=subjects, is_fatal=is_fatal, output=output).serve(iter(lines))
+    with _replies_on_stdout_only() as replies:
+        return make(capabilities, run_fn, subjects=subjects, is_fatal=is_fatal, output=replies).serve(iter(lines))
