@@ -1,0 +1,2 @@
+// The oracle header the planted kernel includes.
+#pragma once
