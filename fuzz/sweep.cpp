@@ -29,7 +29,7 @@
 #include "fuzz/fuzz.hpp"
 #include "fuzz/sweep_parts.hpp"
 #include "oracles/judge.hpp"
-#include "properties/generators.hpp"
+#include "generators/generators.hpp"
 
 namespace flashcheck::fuzz {
 

@@ -15,7 +15,7 @@
 
 #include "core/values.hpp"
 #include "oracles/cpu_f64.hpp"
-#include "properties/generators.hpp"
+#include "generators/generators.hpp"
 
 namespace flashcheck {
 namespace {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/problem.hpp"
-#include "properties/generators.hpp"
+#include "generators/generators.hpp"
 
 namespace flashcheck {
 namespace {

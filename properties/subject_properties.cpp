@@ -15,7 +15,7 @@
 
 #include "core/values.hpp"
 #include "oracles/judge.hpp"
-#include "properties/generators.hpp"
+#include "generators/generators.hpp"
 #include "properties/testbed.hpp"
 
 namespace flashcheck {

@@ -7,7 +7,7 @@
 #include "core/values.hpp"
 #include "oracles/cpu_f64.hpp"
 #include "oracles/kokkos/kokkos_reference.hpp"
-#include "properties/generators.hpp"
+#include "generators/generators.hpp"
 #include "properties/gtest_prop.hpp"
 #include "properties/mpfr_reference.hpp"
 

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "kernels/cpu/plain.hpp"
-#include "properties/generators.hpp"
+#include "generators/generators.hpp"
 
 namespace flashcheck {
 namespace {

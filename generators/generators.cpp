@@ -1,4 +1,4 @@
-#include "properties/generators.hpp"
+#include "generators/generators.hpp"
 
 #include <fmt/format.h>
 
