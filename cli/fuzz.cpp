@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <stdexcept>
 
 #include "cli/commands.hpp"
 #include "fuzz/fuzz.hpp"
@@ -86,6 +87,12 @@ void add_fuzz(CLI::App& app, int& exit_code) {
       return;
     }
     options->every_row = judge_every_row_option(*every_row);
+    // A folder that cannot be made is the user's path, not an internal error.
+    std::error_code error;
+    std::filesystem::create_directories(options->out, error);
+    if (error || !std::filesystem::is_directory(options->out))
+      throw std::invalid_argument(fmt::format("--out '{}': cannot make the folder: {}", options->out,
+                                              error ? error.message() : "a file is in the way"));
     options->worker_exe = self_exe();
     exit_code = fuzz::run_sweep(*options);
   });

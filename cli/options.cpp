@@ -44,7 +44,7 @@ CLI::Option* add_integer_impl(CLI::App& command, const std::string& name, Intege
             target = value;
           },
           help)
-      ->check(CLI::Validator(check, fmt::format("INT in [{}, {}]", low, high)))
+      ->check(CLI::Validator(check, fmt::format("[{}, {}]", low, high)))
       ->type_name("INT")
       ->default_str(fmt::format("{}", target));
 }

@@ -55,7 +55,11 @@ std::vector<Subject*> resolve_subjects(const std::vector<std::string>& names, bo
       continue;
     }
     Subject* subject = Registry::instance().find(name);
-    if (!subject) throw std::invalid_argument(fmt::format("unknown subject '{}' (flashcheck list shows them)", name));
+    if (!subject) {
+      // At most 80 characters of what was typed.
+      const std::string shown = name.size() <= 80 ? name : name.substr(0, 80) + "...";
+      throw std::invalid_argument(fmt::format("unknown subject '{}' (flashcheck list shows them)", shown));
+    }
     subjects.push_back(subject);
   }
   return subjects;

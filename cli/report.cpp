@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <stdexcept>
 
 #include "cli/commands.hpp"
 
@@ -89,7 +90,9 @@ void add_report(CLI::App& app, int& exit_code) {
       argv.insert(argv.end(), baseline->begin(), baseline->end());
     }
     const int status = run_and_wait(argv, false);
-    exit_code = status >= 0 ? status : kExitBadInput;
+    if (status < 0)  // report.py could not start, or died of a signal
+      throw std::runtime_error(fmt::format("report: {} {} did not finish", *python, script));
+    exit_code = status;
   });
 }
 

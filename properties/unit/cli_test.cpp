@@ -190,7 +190,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadRun{"FuzzWatchdogNegative", "fuzz --cases 1 --watchdog -3 --out /nonexistent/sweep", "'-3' is outside [0, 1e+06]"},
         BadRun{"ExternalWatchdogNan", "external --cmd x --name y --watchdog nan list", "'nan' is not a finite number"},
         BadRun{"ExternalStartupZero", "external --cmd x --name y --startup-timeout 0 list", "'0' is outside (0, 1e+06]"},
-        BadRun{"BenchOracleNegativeBatch", "bench-oracle -b -1", "not in range"}),
+        BadRun{"BenchOracleNegativeBatch", "bench-oracle -b -1", "not in range"},
+        BadRun{"FuzzOutCannotBeMade", "fuzz -s cpu-plain --cases 1 --out /dev/null/sweep",
+               "--out '/dev/null/sweep': cannot make the folder"}),
     [](const testing::TestParamInfo<BadRun>& info) { return info.param.name; });
 
 TEST(CliTest, EveryCommandTakesSubjectsAsCommaListsAndRepeats) {
@@ -245,6 +247,15 @@ TEST(CliTest, ListJsonGivesEverySubjectWithItsCapabilities) {
   const nlohmann::json only = nlohmann::json::parse(one.out);
   ASSERT_EQ(only["subjects"].size(), 1u) << one.out;
   EXPECT_EQ(only["subjects"][0]["name"], "cpu-plain");
+}
+
+TEST(CliTest, AnUnknownSubjectIsQuotedToEightyCharacters) {
+  const std::string name(5000, 'k');
+  const Outcome r = flashcheck("run -s " + name + " -p 'b=1 hq=1 sq=4 skv=4 d=16 dtype=f16'");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("unknown subject '" + name.substr(0, 80) + "...'"), std::string::npos) << r.err;
+  EXPECT_LT(r.err.size(), 200u) << r.err;
 }
 
 TEST(CliTest, AnInternalErrorIsExitThreeWithOneLine) {
