@@ -145,7 +145,7 @@ int bench(const BenchOptions& options) {
     problem = parse_problem(options.problem_line);
   } else {
     auto dtype = parse_dtype(options.dtype);
-    if (!dtype) throw std::runtime_error(fmt::format("unknown dtype '{}'", options.dtype));
+    if (!dtype) throw std::invalid_argument(fmt::format("--dtype '{}': unknown dtype (f32, f16, bf16)", options.dtype));
     problem = make_problem(options.batch, options.heads, options.heads, options.seqlen, options.seqlen,
                            options.head_dim, *dtype);
   }
@@ -179,27 +179,50 @@ void add_bench_oracle(CLI::App& app, int& exit_code) {
   auto options = std::make_shared<BenchOptions>();
   auto* command = app.add_subcommand(
       "bench-oracle", "Time the f64 oracle against the machine's dgemm rate, or the Kokkos reference (--kokkos)");
-  command->add_option("-b,--batch", options->batch)->capture_default_str();
-  command->add_option("--heads", options->heads)->capture_default_str();
-  command->add_option("-n,--seqlen", options->seqlen, "seqlen_q = seqlen_kv")->capture_default_str();
-  command->add_option("-d,--head-dim", options->head_dim)->capture_default_str();
-  command->add_option("--rows", options->rows, "Sampled query rows per head (0: all)")->capture_default_str();
-  command->add_option("--repeats", options->repeats)->check(CLI::Range(1, 100))->capture_default_str();
-  command->add_option("--dtype", options->dtype)->capture_default_str();
-  command->add_option("-p,--problem", options->problem_line, "A problem line (instead of the shape options)");
+  command->add_option("-b,--batch", options->batch, "Batch size")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
+      ->capture_default_str();
+  command->add_option("--heads", options->heads, "Query and key/value heads")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20))
+      ->capture_default_str();
+  command->add_option("-n,--seqlen", options->seqlen, "seqlen_q = seqlen_kv")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30))
+      ->capture_default_str();
+  command->add_option("-d,--head-dim", options->head_dim, "Head dimension of Q, K and V")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 16))
+      ->capture_default_str();
+  command->add_option("--rows", options->rows, "Sampled query rows per head (0: all)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30))
+      ->capture_default_str();
+  command->add_option("--repeats", options->repeats, "Timed runs (the median is reported)")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  command->add_option("--dtype", options->dtype, "Input dtype: f32, f16 or bf16")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}))
+      ->capture_default_str();
+  command->add_option("-p,--problem", options->problem_line,
+                      "A problem line (instead of the shape options; README: problem lines)");
   command->add_option("--kokkos", options->kokkos,
-                      "Time the Kokkos reference on every row instead, on the host or the device (a GPU)")
+                      "Time the Kokkos reference on every row instead, on the host or the device (a GPU) (default: "
+                      "cpu_f64)")
       ->check(CLI::IsMember({"host", "device"}));
   command->add_option("--rows-per-team", options->tiling.rows_per_team, "Kokkos: query rows per team")
+      ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
-  command->add_option("--key-tile", options->tiling.key_tile, "Kokkos: keys per tile")->capture_default_str();
+  command->add_option("--key-tile", options->tiling.key_tile, "Kokkos: keys per tile")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   command->add_option("--team-size", options->tiling.team_size, "Kokkos: threads per team (0: the space's default)")
+      ->check(CLI::Range(0, 1 << 16))
       ->capture_default_str();
   command->add_flag("--baseline", options->baseline,
                     "Kokkos: also time the same-precision baseline on every row (its error next to cpu_lowp's)");
   command->add_option("--check-rows", options->check_rows, "Kokkos: rows per head cross-checked with cpu_f64")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
+  command->footer(fmt::format("Example: flashcheck bench-oracle -n 2048 --rows 256\n"
+                              "Exit codes: 0 timed (with --kokkos: and it agreed with cpu_f64), 1 the Kokkos reference\n"
+                              "disagreed with cpu_f64, 2 bad input, 3 internal error."));
   command->callback([options, &exit_code] { exit_code = bench(*options); });
 }
 

@@ -1,12 +1,16 @@
 // The flashcheck subcommands. Each returns the process exit code:
 // 0 pass, 1 fail (also a subject unavailable under --require-gpu, or no GPU
-// reference under --every-row on), 2 bad input or unsupported, or nothing ran.
+// reference under --every-row on), 2 bad input or unsupported, or nothing ran,
+// 3 internal error (an exception that is not bad input).
 #pragma once
 
 #include <CLI/CLI.hpp>
 
+#include <exception>
 #include <string>
 #include <vector>
+
+#include "cli/options.hpp"
 
 #include "core/problem.hpp"
 #include "core/subject.hpp"
@@ -17,14 +21,24 @@ namespace flashcheck::cli {
 inline constexpr int kExitPass = 0;
 inline constexpr int kExitFail = 1;
 inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitInternalError = 3;
+
+/// Adds every command to the app (main, and the test that walks the options).
+void add_commands(CLI::App& app, int& exit_code);
+/// Prints one line for an error that ended a command and gives its exit code:
+/// kExitBadInput for CLI11's errors, BadInput and std::invalid_argument (the
+/// commands' checks of what they were given); kExitInternalError, as
+/// "flashcheck: internal error: ...", for anything else.
+int exit_code_of(std::exception_ptr error);
 
 /// Problems from --problem lines and a --problems file ('#' starts a comment);
-/// a bad line throws BadInput naming the file and line.
+/// a bad line throws BadInput naming the file and line; a missing file, a
+/// folder, or no problem at all throws std::invalid_argument.
 std::vector<Problem> read_problems(const std::vector<std::string>& lines, const std::string& file);
 
 /// The subjects that --subject names (each a registered name, `all` for every
 /// subject, or `mutants` for every mutant linked in); an unknown name throws
-/// naming it. `every` is set when `all`
+/// naming it (std::invalid_argument). `every` is set when `all`
 /// was among them.
 std::vector<Subject*> resolve_subjects(const std::vector<std::string>& names, bool* every = nullptr);
 

@@ -27,14 +27,7 @@ ExternalOptions& external_options() {
   return options;
 }
 
-}  // namespace
-
-void ensure_external_registered() {
-  ExternalOptions& options = external_options();
-  if (options.registered) return;
-  options.registered = true;
-  if (options.used && options.command.empty() && options.config.empty())
-    throw CLI::ValidationError("external", "needs --cmd and --name, or --config");
+void register_named_workers(const ExternalOptions& options) {
   external::register_from_environment();  // a parent's registrations, $FLASHCHECK_EXTERNAL
   std::vector<external::WorkerSpec> specs;
   if (!options.config.empty()) specs = external::read_config(options.config);
@@ -51,13 +44,30 @@ void ensure_external_registered() {
   if (!specs.empty()) external::register_workers(specs);
 }
 
+}  // namespace
+
+void ensure_external_registered() {
+  ExternalOptions& options = external_options();
+  if (options.registered) return;
+  options.registered = true;
+  if (options.used && options.command.empty() && options.config.empty())
+    throw CLI::ValidationError("external", "needs --cmd and --name, or --config");
+  // A worker that cannot start, a config that does not parse, a name that is
+  // taken: the user's input, not an internal error.
+  try {
+    register_named_workers(options);
+  } catch (const std::runtime_error& error) {
+    throw std::invalid_argument(error.what());
+  }
+}
+
 void add_external(CLI::App& app, int& exit_code) {
   ExternalOptions& options = external_options();
   CLI::App* command = app.add_subcommand(
       "external", "Check programs outside this binary (PyTorch, Triton, JAX workers) as subjects: registers each "
                   "worker (docs/external-subjects.md), then runs list, run, bench, fuzz, replay or report with them");
-  auto* cmd = command->add_option("--cmd", options.command, "The worker's command line (no shell operators)");
-  command->add_option("--name", options.name, "The subject name the worker serves")->needs(cmd);
+  auto* cmd = command->add_option("--cmd", options.command, "The worker's command line (no shell operators; needs --name)");
+  command->add_option("--name", options.name, "The subject name the worker serves (no spaces or commas)")->needs(cmd);
   cmd->needs(command->get_option("--name"));
   command->add_option("--config", options.config,
                       "A JSON file listing workers: {\"workers\": [{\"name\", \"cmd\", \"cwd\", \"startup_s\", "
@@ -66,10 +76,15 @@ void add_external(CLI::App& app, int& exit_code) {
   command->add_option("--watchdog", options.watchdog_seconds,
                       "Seconds a worker may take per case before it is killed (default: 30 s + 1 s per 1e8 "
                       "multiply-adds)")
-      ->check(CLI::PositiveNumber);
+      ->check(finite_in(0, kMaxSeconds, true));
   command->add_option("--startup-timeout", options.startup_seconds,
                       "Seconds a worker may take to start and shake hands (default: the config's, else 300)")
-      ->check(CLI::PositiveNumber);
+      ->check(finite_in(0, kMaxSeconds, true));
+  command->footer(fmt::format(
+      "Example: flashcheck external --cmd 'python3 external/torch_sdpa.py' --name torch-flash run -s torch-flash \\\n"
+      "           -p 'b=1 hq=8 sq=512 skv=512 d=64 dtype=bf16'\n"
+      "The command after it (list, run, bench, fuzz, replay, report) gives the exit code.\n{}",
+      kExitCodesLine));
   command->require_subcommand(1);
   // Checked when the workers are registered, before the command after
   // `external` does anything (CLI11 runs a parent's callback after its

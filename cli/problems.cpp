@@ -1,5 +1,6 @@
 #include <fmt/core.h>
 
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 
@@ -11,8 +12,14 @@ std::vector<Problem> read_problems(const std::vector<std::string>& lines, const 
   std::vector<Problem> problems;
   for (const auto& line : lines) problems.push_back(parse_problem(line));
   if (!file.empty()) {
+    std::error_code error;
+    const auto status = std::filesystem::status(file, error);
+    if (status.type() == std::filesystem::file_type::not_found)
+      throw std::invalid_argument(fmt::format("--problems '{}': no such file", file));
+    if (std::filesystem::is_directory(status))
+      throw std::invalid_argument(fmt::format("--problems '{}' is a folder; give a file of problem lines", file));
     std::ifstream stream(file);
-    if (!stream) throw std::runtime_error(fmt::format("cannot read problems file '{}'", file));
+    if (!stream) throw std::invalid_argument(fmt::format("--problems '{}': cannot read it", file));
     std::string line;
     for (int number = 1; std::getline(stream, line); ++number) {
       const auto first = line.find_first_not_of(" \t\r");
@@ -24,7 +31,9 @@ std::vector<Problem> read_problems(const std::vector<std::string>& lines, const 
       }
     }
   }
-  if (problems.empty()) throw std::runtime_error("no problem given: use --problem '<line>' or --problems FILE");
+  if (problems.empty())
+    throw std::invalid_argument(file.empty() ? "no problem given: use --problem '<line>' or --problems FILE"
+                                             : fmt::format("--problems '{}' holds no problem line", file));
   return problems;
 }
 
@@ -41,12 +50,16 @@ std::vector<Subject*> resolve_subjects(const std::vector<std::string>& names, bo
     if (name == "mutants") {  // in binaries that link kernels/mutants (flashcheck-testing)
       const auto& mutants = Registry::instance().mutants();
       if (mutants.empty())
-        throw std::runtime_error("'mutants': this binary links no mutant (flashcheck-testing does)");
+        throw std::invalid_argument("'mutants': this binary links no mutant (flashcheck-testing does)");
       subjects.insert(subjects.end(), mutants.begin(), mutants.end());
       continue;
     }
     Subject* subject = Registry::instance().find(name);
-    if (!subject) throw std::runtime_error(fmt::format("unknown subject '{}' (flashcheck list shows them)", name));
+    if (!subject) {
+      // At most 80 characters of what was typed.
+      const std::string shown = name.size() <= 80 ? name : name.substr(0, 80) + "...";
+      throw std::invalid_argument(fmt::format("unknown subject '{}' (flashcheck list shows them)", shown));
+    }
     subjects.push_back(subject);
   }
   return subjects;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <stdexcept>
 
 #include "cli/commands.hpp"
 
@@ -64,10 +65,15 @@ void add_report(CLI::App& app, int& exit_code) {
   CLI::App* command = app.add_subcommand(
       "report", "Records (run --record, fuzz --out, bench --record) -> OUTDIR/report.html, summary.md, summary.json");
   command->add_option("paths", *paths, "Records files, or folders searched for *.jsonl")->required();
-  command->add_option("-o,--out", *out, "Output folder")->required();
-  command->add_option("--baseline", *baseline, "An earlier run's records: regressions beyond noise are flagged")
+  command->add_option("-o,--out", *out, "Output folder: report.html, summary.md, summary.json")->required();
+  command->add_option("--baseline", *baseline,
+                      "An earlier run's records (files or folders): regressions beyond noise are flagged (default: none)")
       ->expected(1, -1);
   command->add_option("--title", *title, "The report's title")->capture_default_str();
+  command->footer(
+      "Example: flashcheck report build/sweep10 bench.jsonl -o build/report --baseline reports/testdata/h200-2026-11-21\n"
+      "Exit codes: report.py's: 0 written, 1 a regression beyond noise against --baseline, 2 bad input (no\n"
+      "records, no Python with matplotlib); 3 internal error.");
   command->callback([=, &exit_code] {
     const std::string script = report_script();
     if (!std::filesystem::is_regular_file(script))
@@ -84,7 +90,9 @@ void add_report(CLI::App& app, int& exit_code) {
       argv.insert(argv.end(), baseline->begin(), baseline->end());
     }
     const int status = run_and_wait(argv, false);
-    exit_code = status >= 0 ? status : kExitBadInput;
+    if (status < 0)  // report.py could not start, or died of a signal
+      throw std::runtime_error(fmt::format("report: {} {} did not finish", *python, script));
+    exit_code = status;
   });
 }
 

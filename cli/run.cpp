@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/progress.hpp"
 #include "core/record.hpp"
 #include "core/subject.hpp"
 #include "core/values.hpp"
@@ -98,7 +99,13 @@ int run_cases(const RunOptions& options) {
   bool every_subject = false;
   const std::vector<Subject*> subjects = resolve_subjects(options.subjects, &every_subject);
   std::unique_ptr<RecordWriter> records;
-  if (!options.record_path.empty()) records = std::make_unique<RecordWriter>(options.record_path);
+  if (!options.record_path.empty()) {
+    try {
+      records = std::make_unique<RecordWriter>(options.record_path);
+    } catch (const std::runtime_error& error) {  // the path given cannot be opened: bad input
+      throw std::invalid_argument(fmt::format("--record: {}", error.what()));
+    }
+  }
 
   JudgeOptions judge_options;
   judge_options.max_rows = options.max_rows;
@@ -106,7 +113,7 @@ int run_cases(const RunOptions& options) {
   judge_options.keep_outputs = options.kokkos;
   judge_options.every_row = judge_every_row_option(options.every_row);
   if (options.kokkos && !kokkos_available())
-    throw std::runtime_error("--kokkos: this build has no Kokkos reference (install libtrilinos-kokkos-dev, reconfigure)");
+    throw std::invalid_argument("--kokkos: this build has no Kokkos reference (install libtrilinos-kokkos-dev, reconfigure)");
   if (options.require_gpu)
     if (const int code = check_required_gpu(subjects); code != kExitPass) return code;
   if (const int code = check_every_row(options.every_row); code != kExitPass) return code;
@@ -114,6 +121,10 @@ int run_cases(const RunOptions& options) {
   int on_sampled_rows = 0;  // cases that ran whose verdict rests on sampled rows
   std::set<std::string_view> reported_unavailable;  // one UNAVAILABLE line per subject
   const bool single = problems.size() * subjects.size() == 1;
+  // With more than one case, "case i/n" on stderr while each runs (a terminal only).
+  Progress progress(!single);
+  const std::size_t total_cases = problems.size() * subjects.size();
+  std::size_t case_index = 0;
   for (const Problem& problem : problems) {
     // With --kokkos: the inputs once per problem, and the Kokkos reference once
     // per set of checked rows (the same for every subject at the same --rows).
@@ -121,8 +132,10 @@ int run_cases(const RunOptions& options) {
     if (options.kokkos) inputs = generate_inputs(problem);
     std::optional<AttentionRows> kokkos;
     for (Subject* subject : subjects) {
+      progress.show("case", case_index++, total_cases, fmt::format("{} {}", subject->name(), to_line(problem)));
       const CaseResult result =
           inputs ? judge(*subject, problem, *inputs, judge_options) : judge(*subject, problem, judge_options);
+      progress.clear();
       if (records) records->write(to_record(result));
       if (result.status == Status::unsupported) {
         ++unsupported;
@@ -202,28 +215,19 @@ int run_cases(const RunOptions& options) {
   return kExitPass;
 }
 
-namespace {
-
-/// The footer of `run` and `replay`: what the exit code says.
-constexpr const char* kRunExitCodes =
-    "Exit codes: 0 every case that ran passed (problems outside a subject's domain under 'all', and\n"
-    "subjects unavailable on this machine, are printed and skipped, never passed); 1 a case failed, with\n"
-    "--require-gpu a subject is unavailable here, or with --every-row on the every-row reference cannot\n"
-    "run here; 2 bad input, a problem outside a named subject's domain, or no case ran at all.";
-
-}  // namespace
-
 void add_run(CLI::App& app, int& exit_code) {
   auto options = std::make_shared<RunOptions>();
   auto* command = app.add_subcommand("run", "Run problems on subjects and judge them against the f64 oracle");
-  command->add_option("-s,--subject", options->subjects, "Subject name (repeatable), or 'all'")->required();
-  command->add_option("-p,--problem", options->problem_lines, "A problem line (repeatable)");
-  command->add_option("--problems", options->problems_file, "A file of problem lines ('#' starts a comment)");
-  command->add_option("--record", options->record_path, "Append one JSON record per case to this JSON Lines file");
+  add_subjects(*command, options->subjects)->required();
+  command->add_option("-p,--problem", options->problem_lines, "A problem line (repeatable; README: problem lines)");
+  command->add_option("--problems", options->problems_file,
+                      "A file of problem lines ('#' starts a comment), read after the --problem lines");
+  command->add_option("--record", options->record_path,
+                      "Append one JSON record per case to this JSON Lines file (default: no records)");
   command->add_option("--rows", options->max_rows, "Check every row up to this seqlen_q, else sample this many rows")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))
       ->capture_default_str();
-  command->add_flag("-q,--quiet", options->quiet, "One line per passing case");
+  command->add_flag("-q,--quiet", options->quiet, "One line per passing case (a failure is printed whole)");
   command->add_flag("--no-peer", options->no_peer,
                     "Do not run the peer (cuDNN) beside the subject: under compute-sanitizer, so that its\n"
                     "findings are the subject's own");
@@ -232,7 +236,8 @@ void add_run(CLI::App& app, int& exit_code) {
                     "checked rows (to tell a subject's bug from an oracle's)");
   add_require_gpu(*command, options->require_gpu);
   add_every_row(*command, options->every_row);
-  command->footer(kRunExitCodes);
+  command->footer(fmt::format("Example: flashcheck run -s cpu-plain,smoke-cpu-lowp --problems cli/smoke.problems -q\n{}",
+                              kRunExitCodes));
   command->callback([options, &exit_code] { exit_code = run_cases(*options); });
 }
 

@@ -641,6 +641,14 @@ int run_sweep(const FuzzOptions& options) {
                    s.unavailable_because);
     }
   if (options.require_gpu && unavailable_subjects > 0) return 1;
+  if (ran == 0 && resumed == 0) {  // nothing judged: never a pass
+    std::int64_t skipped = 0;
+    for (const auto& [name, s] : stats) skipped += s.unsupported + s.unavailable;
+    fmt::print(stderr, "fuzz: no case ran: {}\n",
+               skipped > 0 ? fmt::format("all {} case(s) drawn were unsupported or unavailable on this machine", skipped)
+                           : std::string("the budget ended before the first case (raise --minutes or --cases)"));
+    return 2;
+  }
   if (first_catch.empty()) return failures > 0 ? 1 : 0;
 
   // The mutation score: caught / total, and when each was first caught.

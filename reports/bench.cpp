@@ -81,7 +81,11 @@ int run_bench(const BenchOptions& options) {
   fmt::print("\n{:<22} {:>9} {:>8} {:>8} {:>8} {:>6} {:>7} {:>6} {:>7} {:>4}  {}\n", "subject", "median ms", "min",
              "max", "TFLOP/s", "%GEMM", "GB/s", "%copy", "xcuDNN", "sets", "problem");
   int timed = 0, failed = 0;
-  for (const Problem& p : options.problems) {
+  const auto progress = [&options](std::size_t index, std::string_view subject) {
+    if (options.progress) options.progress(index, subject);
+  };
+  for (std::size_t index = 0; index < options.problems.size(); ++index) {
+    const Problem& p = options.problems[index];
     const Inputs inputs = generate_inputs(p);
     const bool decode = p.seqlen_q <= kDecodeMaxQueries;
     const double gemm = p.dtype == DType::f32 ? ceilings.gemm_f32_tflops : ceilings.gemm_bf16_tflops;
@@ -107,7 +111,9 @@ int run_bench(const BenchOptions& options) {
       }
       Row row{std::string(subject->name()), is_peer, {}, input_sets_for(p, ceilings, options.input_sets)};
       try {
+        progress(index, subject->name());
         std::optional<Timing> timing = subject->time(p, inputs, options.warmup, options.repeats, row.input_sets);
+        progress(index, {});
         if (!timing) {
           if (!options.every_subject)
             fmt::print("{:<22} {:>9}  {} (not timed: a CPU subject)\n", subject->name(), "-", to_line(p));
@@ -115,6 +121,7 @@ int run_bench(const BenchOptions& options) {
         }
         row.timing = std::move(*timing);
       } catch (const std::exception& error) {
+        progress(index, {});
         fmt::print("{:<22} {:>9}  {} (failed: {})\n", subject->name(), "-", to_line(p), error.what());
         ++failed;
         continue;

@@ -3,7 +3,9 @@
 // of them. cuDNN is timed alongside on every problem in its domain.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/problem.hpp"
@@ -20,6 +22,9 @@ struct BenchOptions {
   int repeats = 20;
   int input_sets = 0;          // 0: enough copies of the inputs to exceed twice the L2
   bool with_peer = true;       // time cuDNN on every problem in its domain
+  /// Called with (problem index, subject name) before a subject is timed on a
+  /// problem, and with an empty name once it is done (the CLI's progress line).
+  std::function<void(std::size_t, std::string_view)> progress;
 };
 
 /// Runs the bench; returns 0 when every pair was timed, 1 when some timing

@@ -1,11 +1,12 @@
 // The flashcheck binary: verdicts, exit codes (0 pass, 1 fail, 2 bad input or
-// unsupported), one clear line per bad input, and records.
+// unsupported, 3 internal error), one clear line per bad input, and records.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -175,10 +176,145 @@ INSTANTIATE_TEST_SUITE_P(
         BadRun{"Unsupported", "run -s smoke-cpu-lowp -p 'b=1 hq=1 sq=4 skv=4 d=1000 dtype=f16'", "unsupported"},
         BadRun{"UnknownSubject", "run -s no-such-kernel -p 'b=1 hq=1 sq=4 skv=4 d=16 dtype=f16'", "unknown subject"},
         BadRun{"NoProblem", "run -s smoke-cpu-lowp", "no problem given"},
-        BadRun{"MissingSubject", "run -p 'b=1 hq=1 sq=4 skv=4 d=16 dtype=f16'", "--subject is required"},
+        BadRun{"MissingSubject", "run -p 'b=1 hq=1 sq=4 skv=4 d=16 dtype=f16'", "--subjects is required"},
         BadRun{"UnknownCommand", "frobnicate", "unknown command 'frobnicate'"},
-        BadRun{"MissingProblemsFile", "run -s smoke-cpu-lowp --problems /nonexistent/problems.txt", "cannot read"}),
+        BadRun{"MissingProblemsFile", "run -s smoke-cpu-lowp --problems /nonexistent/problems.txt",
+               "--problems '/nonexistent/problems.txt': no such file"},
+        BadRun{"ProblemsIsAFolder", "run -s smoke-cpu-lowp --problems /", "--problems '/' is a folder"},
+        BadRun{"UnknownSubjectInACommaList", "run -s cpu-plain,no-such-kernel -p 'b=1 hq=1 sq=4 skv=4 d=16 dtype=f16'",
+               "unknown subject 'no-such-kernel'"},
+        BadRun{"ReplayMissingFile", "replay /nonexistent/corpus/cpu-plain.problems",
+               "'/nonexistent/corpus/cpu-plain.problems': no such file"},
+        BadRun{"ReplayFolder", "replay /", "'/' is a folder"},
+        BadRun{"ReplayLineWithoutSubject", "replay 'b=1 hq=1 sq=4 skv=4 d=16 dtype=f16'", "needs -s/--subjects"},
+        // Numeric options: NaN, infinities, negatives and overflowing budgets are refused, never run.
+        BadRun{"FuzzMinutesNan", "fuzz --minutes nan --out /nonexistent/sweep", "'nan' is not a finite number"},
+        BadRun{"FuzzMinutesInf", "fuzz --minutes inf --out /nonexistent/sweep", "'inf' is not a finite number"},
+        BadRun{"FuzzMinutesOverflow", "fuzz --minutes 1e300 --out /nonexistent/sweep", "'1e300' is outside [0, 1e+06]"},
+        BadRun{"FuzzMinutesNegative", "fuzz --minutes -1 --out /nonexistent/sweep", "'-1' is outside [0, 1e+06]"},
+        BadRun{"FuzzMinutesNotANumber", "fuzz --minutes ten --out /nonexistent/sweep", "'ten' is not a number"},
+        BadRun{"FuzzSeedNegative", "fuzz --seed -1 --cases 1 --out /nonexistent/sweep", "'-1' is not a decimal integer"},
+        BadRun{"FuzzSeedOverflow", "fuzz --seed 18446744073709551616 --cases 1 --out /nonexistent/sweep",
+               "'18446744073709551616' is out of range"},
+        BadRun{"FuzzSeedHex", "fuzz --seed 0x10 --cases 1 --out /nonexistent/sweep", "'0x10' is not a decimal integer"},
+        BadRun{"FuzzCasesNegative", "fuzz --cases -5 --out /nonexistent/sweep", "'-5' is outside [0, "},
+        BadRun{"FuzzWatchdogNan", "fuzz --cases 1 --watchdog nan --out /nonexistent/sweep", "'nan' is not a finite number"},
+        BadRun{"FuzzWatchdogNegative", "fuzz --cases 1 --watchdog -3 --out /nonexistent/sweep", "'-3' is outside [0, 1e+06]"},
+        BadRun{"ExternalWatchdogNan", "external --cmd x --name y --watchdog nan list", "'nan' is not a finite number"},
+        BadRun{"ExternalStartupZero", "external --cmd x --name y --startup-timeout 0 list", "'0' is outside (0, 1e+06]"},
+        BadRun{"BenchOracleNegativeBatch", "bench-oracle -b -1", "not in range"},
+        BadRun{"FuzzOutCannotBeMade", "fuzz -s cpu-plain --cases 1 --out /dev/null/sweep",
+               "--out '/dev/null/sweep': cannot make the folder"}),
     [](const testing::TestParamInfo<BadRun>& info) { return info.param.name; });
+
+TEST(CliTest, EveryCommandTakesSubjectsAsCommaListsAndRepeats) {
+  const std::string problem = std::string(" -q -p '") + kGqaCausalLine + "'";
+  for (const char* subjects : {"-s cpu-plain,smoke-cpu-lowp", "-s cpu-plain -s smoke-cpu-lowp",
+                               "--subjects cpu-plain --subject smoke-cpu-lowp"}) {
+    const Outcome r = flashcheck(std::string("run ") + subjects + problem);
+    EXPECT_EQ(r.exit_code, 0) << subjects << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find("PASS      cpu-plain"), std::string::npos) << subjects << "\n" << r.out;
+    EXPECT_NE(r.out.find("PASS      smoke-cpu-lowp"), std::string::npos) << subjects << "\n" << r.out;
+  }
+  // replay of a line with two subjects, and a comma list on list.
+  const Outcome replay = flashcheck(std::string("replay '") + kGqaCausalLine + "' -s cpu-plain,smoke-cpu-lowp");
+  EXPECT_EQ(replay.exit_code, 0) << replay.out << replay.err;
+  EXPECT_NE(replay.out.find("2 case(s): 2 pass"), std::string::npos) << replay.out;
+  const Outcome list = flashcheck("list -s cpu-plain,smoke-cpu-lowp");
+  EXPECT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_NE(list.out.find("1 subject(s):\n  cpu-plain "), std::string::npos) << list.out;
+  EXPECT_NE(list.out.find("smoke-cpu-lowp       [smoke]"), std::string::npos) << list.out;
+}
+
+TEST(CliTest, ListJsonGivesEverySubjectWithItsCapabilities) {
+  const Outcome r = flashcheck("list --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json listing = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(listing.is_discarded()) << r.out;
+  ASSERT_TRUE(listing["subjects"].is_array()) << r.out;
+  std::map<std::string, nlohmann::json> by_name;
+  for (const auto& subject : listing["subjects"]) by_name[subject["name"].get<std::string>()] = subject;
+  ASSERT_TRUE(by_name.count("cpu-plain")) << r.out;
+  const nlohmann::json& plain = by_name["cpu-plain"];
+  EXPECT_EQ(plain["kind"], "subject");
+  EXPECT_EQ(plain["in_all"], true);
+  EXPECT_EQ(plain["available"], true);
+  EXPECT_FALSE(plain["description"].get<std::string>().empty());
+  const auto& masks = plain["capabilities"]["masks"];
+  EXPECT_NE(std::find(masks.begin(), masks.end(), "causal_br"), masks.end()) << plain.dump();
+  EXPECT_TRUE(plain["capabilities"].contains("dtypes")) << plain.dump();
+  EXPECT_EQ(plain["capabilities"]["needs_gpu"], false);
+  ASSERT_TRUE(by_name.count("smoke-cpu-lowp")) << r.out;
+  EXPECT_EQ(by_name["smoke-cpu-lowp"]["kind"], "smoke");
+  EXPECT_EQ(by_name["smoke-cpu-lowp"]["in_all"], false);
+  // Every subject that the text form lists is in the JSON form.
+  const Outcome text = flashcheck("list");
+  const auto count = text.out.substr(0, text.out.find(' '));
+  int subjects = 0;
+  for (const auto& subject : listing["subjects"]) subjects += subject["kind"] == "subject";
+  EXPECT_EQ(std::to_string(subjects), count) << text.out;
+  // -s narrows it.
+  const Outcome one = flashcheck("list --json -s cpu-plain");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const nlohmann::json only = nlohmann::json::parse(one.out);
+  ASSERT_EQ(only["subjects"].size(), 1u) << one.out;
+  EXPECT_EQ(only["subjects"][0]["name"], "cpu-plain");
+}
+
+TEST(CliTest, AnUnknownSubjectIsQuotedToEightyCharacters) {
+  const std::string name(5000, 'k');
+  const Outcome r = flashcheck("run -s " + name + " -p 'b=1 hq=1 sq=4 skv=4 d=16 dtype=f16'");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("unknown subject '" + name.substr(0, 80) + "...'"), std::string::npos) << r.err;
+  EXPECT_LT(r.err.size(), 200u) << r.err;
+}
+
+TEST(CliTest, AnInternalErrorIsExitThreeWithOneLine) {
+  // Appending records to /dev/full opens, then every write fails: not the
+  // user's input, so not exit 2.
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  const Outcome r = flashcheck(std::string("run -s cpu-plain --record /dev/full -p '") + kGqaCausalLine + "'");
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("flashcheck: internal error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("/dev/full"), std::string::npos) << r.err;
+}
+
+TEST(CliTest, ARecordFileThatCannotBeOpenedIsBadInput) {
+  const Outcome r = flashcheck(std::string("run -s cpu-plain --record / -p '") + kGqaCausalLine + "'");
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("--record: cannot open record file '/'"), std::string::npos) << r.err;
+}
+
+TEST(CliTest, ASweepThatRanNoCaseSaysSoAndFails) {
+  // A budget of 60 ns ends before the first case is drawn.
+  const auto out = scratch_dir() / "sweep";
+  const Outcome r = flashcheck("fuzz -s cpu-plain --minutes 1e-9 --out " + out.string());
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("fuzz: no case ran: the budget ended before the first case"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("0 case(s) run"), std::string::npos) << r.out;
+}
+
+TEST(CliTest, ProgressGoesToStderrOnlyWhenItIsATerminal) {
+  const std::string args = std::string(" run -q -s cpu-plain,smoke-cpu-lowp -p '") + kGqaCausalLine + "'";
+  // A pipe: no progress line.
+  const Outcome piped = flashcheck(args);
+  EXPECT_EQ(piped.exit_code, 0) << piped.err;
+  EXPECT_EQ(piped.err.find("case 1/2"), std::string::npos) << piped.err;
+  // A terminal (script(1) gives the command one): "case i/n" rewritten in place.
+  if (std::system("command -v script >/dev/null 2>&1") != 0) GTEST_SKIP() << "no script(1) to make a terminal";
+  const auto transcript = scratch_dir() / "tty";
+  const std::string command = "timeout 120 script -qec \"" FLASHCHECK_BINARY + args + " >/dev/null\" /dev/null >" +
+                              transcript.string() + " 2>&1 </dev/null";
+  const int status = std::system(command.c_str());
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << slurp(transcript);
+  const std::string tty = slurp(transcript);
+  EXPECT_NE(tty.find("\rcase 1/2: cpu-plain b=2 hq=8"), std::string::npos) << tty;
+  EXPECT_NE(tty.find("\rcase 2/2: smoke-cpu-lowp"), std::string::npos) << tty;
+  EXPECT_NE(tty.find("\r\x1b[K"), std::string::npos) << "the line is erased when done\n" << tty;
+}
 
 TEST(CliTest, BadLineInAProblemsFileNamesTheLine) {
   const auto path = scratch_dir() / "problems.txt";
