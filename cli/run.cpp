@@ -43,7 +43,7 @@ void print_case(const CaseResult& r) {
   fmt::print("  {:<16} {:>11.2f} {:>11.2f}\n", "o.p99_ulp", e.p99_ulp, be.p99_ulp);
   fmt::print("  {:<16} {:>11.2f} {:>11.2f}   (inf: a sign flip of a value near 0)\n", "o.max_ulp", e.max_ulp, be.max_ulp);
   fmt::print("  {:<16} {:>11.2f} {:>11.2f}   (|t| > 4: a systematic bias)\n", "o.bias_t", e.bias_t, be.bias_t);
-  fmt::print("  {:<16} {:>11.2f} {:>11.2f}   (< -4: outputs shrink toward 0)\n", "o.magnitude_t", e.magnitude_t,
+  fmt::print("  {:<16} {:>11.2f} {:>11.2f}   (< -4: outputs shrink toward 0; recorded, not judged)\n", "o.magnitude_t", e.magnitude_t,
              be.magnitude_t);
   const auto& census = s.o.census;
   fmt::print("  NaN/Inf census: {} (subject {} NaN, {} Inf; oracle {} NaN, {} Inf){}\n",

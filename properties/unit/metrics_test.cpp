@@ -488,7 +488,7 @@ TEST(ToleranceTest, PassesAtTheBoundAndFailsJustAbove) {
   const Verdict at = decide(metrics_of(max_bound, rmse_bound, 0.125, 0.0625), baseline, DType::bf16);
   EXPECT_TRUE(at.pass) << at.rule;
   EXPECT_TRUE(at.census_pass);
-  ASSERT_EQ(at.checks.size(), 4u);  // o.max_abs, o.rmse, o.bias, o.bias_magnitude
+  ASSERT_EQ(at.checks.size(), 3u);  // o.max_abs, o.rmse, o.bias
   EXPECT_EQ(at.checks[0].metric, "o.max_abs");
   EXPECT_EQ(at.checks[0].bound, max_bound);
   EXPECT_EQ(at.checks[1].metric, "o.rmse");
@@ -554,15 +554,14 @@ TEST(ToleranceTest, CensusMismatchFails) {
 
 TEST(ToleranceTest, LseChecksOnlyWhenBothHaveLse) {
   CaseMetrics subject = metrics_of(1e-3, 1e-4, 1, 1), baseline = metrics_of(1e-3, 1e-4, 1, 1);
-  EXPECT_EQ(decide(subject, baseline, DType::bf16).checks.size(), 4u);  // O's max, RMSE and two biases
+  EXPECT_EQ(decide(subject, baseline, DType::bf16).checks.size(), 3u);  // O's max, RMSE and bias
   add_lse(subject, 1e-6, 1e-7, 5, 5);
-  EXPECT_EQ(decide(subject, baseline, DType::bf16).checks.size(), 4u);
-  EXPECT_EQ(decide(baseline, subject, DType::bf16).checks.size(), 4u);
+  EXPECT_EQ(decide(subject, baseline, DType::bf16).checks.size(), 3u);
+  EXPECT_EQ(decide(baseline, subject, DType::bf16).checks.size(), 3u);
   add_lse(baseline, 1e-6, 1e-7, 5, 5);
   const Verdict v = decide(subject, baseline, DType::bf16);
-  ASSERT_EQ(v.checks.size(), 6u);
+  ASSERT_EQ(v.checks.size(), 5u);
   EXPECT_EQ(v.checks[4].metric, "o.bias");
-  EXPECT_EQ(v.checks[5].metric, "o.bias_magnitude");
   EXPECT_EQ(v.checks[2].metric, "lse.max_abs");
   EXPECT_EQ(v.checks[3].metric, "lse.rmse");
   // LSE's floor is in f32 whatever the output dtype.
@@ -592,7 +591,7 @@ TEST(ToleranceTest, RuleNamesTheDecisiveMetric) {
 TEST(ToleranceTest, WorstRatioIsTheLargestRatio) {
   const CaseMetrics baseline = metrics_of(1.0, 1.0, 0, 0);  // zero floors: bounds are 2 and 2
   const Verdict v = decide(metrics_of(1.0, 1.6, 0, 0), baseline, DType::f32);
-  ASSERT_EQ(v.checks.size(), 4u);  // o.bias and o.bias_magnitude have no bias to judge: ratio 0
+  ASSERT_EQ(v.checks.size(), 3u);  // the third, o.bias, has no bias to judge: ratio 0
   EXPECT_DOUBLE_EQ(v.checks[0].ratio, 0.5);
   EXPECT_DOUBLE_EQ(v.checks[1].ratio, 0.8);
   EXPECT_DOUBLE_EQ(v.worst_ratio, 0.8);
@@ -728,38 +727,22 @@ TEST(BiasRuleTest, NeedsASignificantSample) {
   const Verdict few = decide(truncated, bias_case.baseline, DType::bf16);
   EXPECT_TRUE(few.pass) << few.rule;
   EXPECT_EQ(bias_check(few).ratio, 0.0);
-  EXPECT_EQ(bias_check(few, "o.bias_magnitude").ratio, 0.0);
   set(-1e3, kBiasMinCount);
   EXPECT_FALSE(decide(truncated, bias_case.baseline, DType::bf16).pass);
 }
 
-TEST(BiasRuleTest, TruncationOfOutputsOfBothSignsFailsOnTheMagnitudeBias) {
-  // Outputs centred on 0 (V without an offset): truncation's errors point
-  // toward zero, so half are positive and their mean is ~0; o.bias cannot see
-  // it (the mutant mutant-cpu-bf16-truncating-epilogue survived 100 cases of
-  // every property on the H100 machine, 2026-11-25); o.bias_magnitude can.
+TEST(BiasRuleTest, TheMagnitudeMeanSeesTruncationOfOutputsOfBothSigns) {
+  // Outputs centred on 0: truncation's errors point toward zero, so half are
+  // positive and their signed mean is ~0; their mean along sign(ref) is not.
+  // (Recorded, not judged: tolerance.hpp says why.)
   BiasCase bias_case;
   bias_case.rows = leaning_rows(0.0, 0.5);
-  {
-    RowsPair base = bias_case.rows;
-    const CounterRng rng(21, 11);
-    for (std::size_t i = 0; i < base.want.o.size(); ++i)
-      base.got.o[i] = round_to(DType::bf16, base.want.o[i] * (1 + 0x1p-7 * rng.normal(i)));
-    bias_case.baseline = base.compare(DType::bf16);
-  }
   const CaseMetrics truncated = bias_case.subject(toward_zero_bf16);
-  ASSERT_LT(std::fabs(truncated.o.errors.bias_t), kBiasT) << "the signed mean should not see it";
-  ASSERT_LT(truncated.o.errors.magnitude_t, -kBiasT);
-  const Verdict v = decide(truncated, bias_case.baseline, DType::bf16);
-  EXPECT_FALSE(v.pass);
-  EXPECT_TRUE(bias_check(v).pass);
-  EXPECT_FALSE(bias_check(v, "o.bias_magnitude").pass);
-  EXPECT_EQ(v.rule.rfind("o.bias_magnitude", 0), 0u) << v.rule;
-  EXPECT_NE(v.rule.find("shrink toward zero"), std::string::npos) << v.rule;
-  // Round to nearest of the same outputs passes both.
-  const Verdict nearest =
-      decide(bias_case.subject([](double want) { return round_to(DType::bf16, want); }), bias_case.baseline, DType::bf16);
-  EXPECT_TRUE(nearest.pass) << nearest.rule;
+  EXPECT_LT(std::fabs(truncated.o.errors.bias_t), kBiasT) << "the signed mean should not see it";
+  EXPECT_LT(truncated.o.errors.magnitude_t, -kBiasT);
+  EXPECT_LT(truncated.o.errors.mean_magnitude, 0.0);
+  const CaseMetrics nearest = bias_case.subject([](double want) { return round_to(DType::bf16, want); });
+  EXPECT_LT(std::fabs(nearest.o.errors.magnitude_t), kBiasT);
 }
 
 TEST(BiasRuleTest, FloorIsAQuarterRoundingAtTheReferencesScale) {
