@@ -52,6 +52,7 @@ void add_fuzz(CLI::App& app, int& exit_code) {
   add_require_gpu(*command, options->require_gpu);
   auto every_row = std::make_shared<EveryRowMode>(EveryRowMode::off);  // docs/kokkos-cuda.md: the GPU path faults
   add_every_row(*command, *every_row);
+  add_max_memory(*command);
   command->footer(
       "Exit codes: 0 every case that ran passed (with mutants: every mutant caught and no subject failed);\n"
       "unsupported cases, and subjects unavailable on this machine (printed UNAVAILABLE), are counted apart,\n"
@@ -95,6 +96,7 @@ void add_replay(CLI::App& app, int& exit_code) {
   CLI::App* command = app.add_subcommand("replay", "Re-run a corpus file (OUT/corpus/<subject>.problems) or one problem line");
   command->add_option("target", *target, "A corpus file, or a problem line (then --subject)")->required();
   command->add_option("-s,--subject", *subject, "The subject (default: a corpus file's name)");
+  add_max_memory(*command);
   command->callback([target, subject, &exit_code] {
     RunOptions options;
     const std::filesystem::path path(*target);

@@ -232,6 +232,7 @@ void add_run(CLI::App& app, int& exit_code) {
                     "checked rows (to tell a subject's bug from an oracle's)");
   add_require_gpu(*command, options->require_gpu);
   add_every_row(*command, options->every_row);
+  add_max_memory(*command);
   command->footer(kRunExitCodes);
   command->callback([options, &exit_code] { exit_code = run_cases(*options); });
 }
