@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -93,12 +94,13 @@ std::vector<std::pair<std::size_t, std::size_t>> token_spans(const std::string& 
 }
 
 // One hostile edit of a valid line: a flipped bit, a token deleted or
-// duplicated, a number replaced by a hostile one, a NUL byte, a very long
-// token, or one of the edits of `mutate`. Never a newline: a problem line is
+// duplicated, a number replaced by a hostile one (anywhere, or as a value
+// family's parameter), a NUL byte, a very long token, or one of the edits of
+// `mutate`. Never a newline: a problem line is
 // one line (a newline is a line break in a file, whitespace on the command line).
 std::string mutate_hostile(std::string line) {
   const auto spans = token_spans(line);
-  const int kind = *rc::gen::inRange(0, 7);
+  const int kind = *rc::gen::inRange(0, 8);
   const auto size = static_cast<int>(line.size());
   const auto at = static_cast<std::size_t>(size > 0 ? *rc::gen::inRange(0, size) : 0);
   switch (kind) {
@@ -121,6 +123,17 @@ std::string mutate_hostile(std::string line) {
       break;
     }
     case 4: line.insert(at, 1, '\0'); break;
+    case 6: {  // the values token becomes a family with a hostile parameter
+      const std::size_t first = line.find("values=");
+      if (first == std::string::npos) break;
+      const std::size_t last = std::min(line.find(' ', first), line.size());
+      const std::string family = *rc::gen::elementOf(std::vector<std::string>{
+          "sparse_int({},0.5)", "ties({})", "late_max({},8)", "heavy({})", "normal(0.5,{})", "near_overflow({},0.5)",
+          "dominant({})", "offset({})", "outliers(0.5,{})", "uniform(-1,{})", "nan_inf({})"});
+      line.replace(first, last - first,
+                   "values=" + fmt::format(fmt::runtime(family), *rc::gen::elementOf(hostile_numbers())));
+      break;
+    }
     case 5:  // a long token, alone or glued to what is there
       line.insert(at, std::string(static_cast<std::size_t>(*rc::gen::inRange(81, 16 * 1024)),
                                   *rc::gen::elementOf(std::string("7a=(,.e-"))));
@@ -169,8 +182,31 @@ RC_GTEST_PROP(ProblemLine, HostileMutationsAreAProblemOrOneCleanBadInput, ()) {
   try {
     const Problem parsed = parse_problem(line);
     RC_ASSERT(parse_problem(to_line(parsed)) == parsed);
-    if (estimated_memory_bytes(parsed) < 16.0 * (1 << 20)) generate_inputs(parsed);
-    RC_CLASSIFY(true, "accepted");
+    const bool small = estimated_memory_bytes(parsed) < 16.0 * (1 << 20);
+    if (small) generate_inputs(parsed);
+    RC_CLASSIFY(true, "accepted", small ? "inputs drawn" : "too large to draw", to_string(parsed.values.family));
+  } catch (const BadInput& error) {
+    assert_clean_refusal(error);
+    RC_CLASSIFY(true, "refused");
+  }
+}
+
+// Every value family with a parameter of any magnitude, on a small problem:
+// refused with a clean BadInput, or accepted and its inputs drawn without a
+// crash (sparse_int(1e19,1) and ties(1e300) were accepted, then divided by
+// zero in the generator: SIGFPE, issue 21).
+RC_GTEST_PROP(ProblemLine, AValueParameterOfAnyMagnitudeIsRefusedOrDrawn, ()) {
+  const std::string family = *rc::gen::elementOf(std::vector<std::string>{
+      "sparse_int({},1)", "sparse_int(-{},0.5)", "ties({})", "late_max({},8)", "heavy({})", "normal({},1)",
+      "near_overflow({},0.5)", "dominant({})", "offset({})", "outliers(0.5,{})", "uniform(-1,{})", "nan_inf({})"});
+  const double power = *rc::gen::inRange(0, 310);
+  const std::string number =
+      *rc::gen::oneOf(rc::gen::elementOf(hostile_numbers()),
+                      rc::gen::just(fmt::format("{}", std::pow(10.0, power) * *rc::gen::inRange(1, 10))));
+  const std::string line = "b=1 hq=2 sq=5 skv=7 d=8 dtype=bf16 values=" + fmt::format(fmt::runtime(family), number);
+  try {
+    generate_inputs(parse_problem(line));
+    RC_CLASSIFY(true, "drawn");
   } catch (const BadInput& error) {
     assert_clean_refusal(error);
     RC_CLASSIFY(true, "refused");
