@@ -85,6 +85,17 @@ NumberError parse_number(std::string_view text, T& value) {
   return error == std::errc() ? NumberError::none : NumberError::malformed;
 }
 
+// Bytes in the largest unit that keeps the number at least 1 (B, KiB, ... TiB).
+std::string format_bytes(double bytes) {
+  static constexpr std::string_view units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  std::size_t unit = 0;
+  while (unit + 1 < std::size(units) && bytes >= 1024.0) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  return unit == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.1f} {}", bytes, units[unit]);
+}
+
 // 'text', quoted for a message.
 std::string quoted(std::string_view text) { return fmt::format("'{}'", printable_excerpt(text)); }
 
@@ -417,9 +428,9 @@ void validate(const Problem& p) {
   const double needed = estimated_memory_bytes(p);
   const double limit = memory_limit_bytes();
   if (limit > 0 && needed > limit)
-    throw BadInput("size", fmt::format("the problem needs about {:.1f} GiB of memory, above the limit of {:.1f} GiB "
+    throw BadInput("size", fmt::format("the problem needs about {} of memory, above the limit of {} "
                                        "(--max-memory GIB changes it)",
-                                       needed / kBytesPerGiB, limit / kBytesPerGiB));
+                                       format_bytes(needed), format_bytes(limit)));
 }
 
 double estimated_memory_bytes(const Problem& p) {
