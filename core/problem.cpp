@@ -439,13 +439,15 @@ double estimated_memory_bytes(const Problem& p) {
   const double keys = static_cast<double>(p.batch) * static_cast<double>(p.heads_kv) * static_cast<double>(p.seqlen_kv);
   const double d = static_cast<double>(p.head_dim), dv = static_cast<double>(p.head_dim_v);
   const double inputs = (rows * d + keys * (d + dv)) * element;
-  const double outputs = 3.0 * rows * (dv * element + 4.0);  // subject, baseline, peer: O stored, LSE f32
+  const double outputs = 2.0 * rows * (dv * element + 4.0);  // subject and peer: O stored, LSE f32
   // The judge compares every row up to 1024 per sequence, else a sample of
   // 1024 (JudgeOptions::max_rows' default, oracles/judge.hpp).
   constexpr double kComparedRowsPerSequence = 1024;
   const double compared_rows = static_cast<double>(p.batch) * static_cast<double>(p.heads_q) *
                                std::min(static_cast<double>(p.seqlen_q), kComparedRowsPerSequence);
-  const double reference_rows = 5.0 * compared_rows * (dv + 1.0) * 8.0;  // O and LSE rows in f64
+  // O and LSE rows in f64: the reference and its condition numbers, the
+  // baseline's rows, the subject's and the peer's gathered rows.
+  const double reference_rows = 5.0 * compared_rows * (dv + 1.0) * 8.0;
   return inputs + outputs + reference_rows;
 }
 

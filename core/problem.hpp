@@ -167,12 +167,13 @@ Problem parse_problem(std::string_view line);
 /// memory_limit_bytes is refused (field "size") with the estimate and the limit.
 void validate(const Problem& problem);
 
-/// Host bytes one case of the problem may hold at once, estimated from its
-/// shape alone (nothing is allocated): Q, K, V as stored; O and LSE of up to
-/// three runs (subject, baseline, peer); and, in f64, the compared query rows
-/// of O and LSE five times (the reference with its condition numbers, and the
-/// rows gathered from the three runs), counting the judge's default of up to
-/// 1024 rows per sequence (more with `run --rows`, or `--every-row`).
+/// Host bytes one judged case of the problem holds at once (oracles/judge.cpp),
+/// estimated from its shape alone (nothing is allocated): Q, K, V as stored;
+/// O and LSE of two runs (subject, peer); and, in f64, the compared query rows
+/// of O and LSE five times (the reference with its condition numbers, the
+/// baseline's rows, the rows gathered from the subject and the peer), counting
+/// the judge's default of up to 1024 rows per sequence (more with
+/// `run --rows`, or `--every-row`).
 double estimated_memory_bytes(const Problem& problem);
 
 /// Bytes of physical memory of this host (0 if unknown).
