@@ -22,11 +22,10 @@ CLI::Option* add_max_memory(CLI::App& command) {
         double gib = 0;
         const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), gib);
         if (error != std::errc() || end != text.data() + text.size() || !std::isfinite(gib) || gib <= 0)
-          return fmt::format("--max-memory: '{}' is not a positive finite number of GiB",
-                             printable_excerpt(text));
+          return fmt::format("'{}' is not a positive finite number of GiB", printable_excerpt(text));
         return {};
       },
-      "GIB > 0");
+      "");  // the type name says GIB
   return command
       .add_option_function<std::string>(
           "--max-memory",
@@ -36,7 +35,7 @@ CLI::Option* add_max_memory(CLI::App& command) {
             ::setenv("FLASHCHECK_MAX_MEMORY", text.c_str(), 1);
           },
           fmt::format("Refuse a problem estimated to need more than this many GiB of host memory (default: "
-                      "half of this host's memory, {:.1f})",
+                      "half of this host's memory, {:.1f} GiB)",
                       physical_memory_bytes() / 2 / kBytesPerGiB))
       ->type_name("GIB")
       ->check(positive_gib);
