@@ -50,9 +50,9 @@ void add_fuzz(CLI::App& app, int& exit_code) {
   command->add_option("--sanitize-cases", options->sanitize_cases, "Cases per subject in --sanitize mode")
       ->check(CLI::PositiveNumber);
   add_require_gpu(*command, options->require_gpu);
+  add_max_memory(*command);
   auto every_row = std::make_shared<EveryRowMode>(EveryRowMode::off);  // docs/kokkos-cuda.md: the GPU path faults
   add_every_row(*command, *every_row);
-  add_max_memory(*command);
   command->footer(
       "Exit codes: 0 every case that ran passed (with mutants: every mutant caught and no subject failed);\n"
       "unsupported cases, and subjects unavailable on this machine (printed UNAVAILABLE), are counted apart,\n"

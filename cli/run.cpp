@@ -231,8 +231,8 @@ void add_run(CLI::App& app, int& exit_code) {
                     "Also triangulate: the subject against the Kokkos reference, and cpu_f64 against it, on the\n"
                     "checked rows (to tell a subject's bug from an oracle's)");
   add_require_gpu(*command, options->require_gpu);
-  add_every_row(*command, options->every_row);
   add_max_memory(*command);
+  add_every_row(*command, options->every_row);
   command->footer(kRunExitCodes);
   command->callback([options, &exit_code] { exit_code = run_cases(*options); });
 }

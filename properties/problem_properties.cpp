@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "core/values.hpp"  // generate_inputs
 #include "core/problem.hpp"
-#include "core/values.hpp"
 #include "properties/generators.hpp"
 
 namespace flashcheck {
