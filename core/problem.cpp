@@ -418,7 +418,7 @@ void validate(const Problem& p) {
     if (!std::isfinite(param)) throw BadInput("values", "parameters must be finite");
   // Parameters that the generator turns into integers (a count, a magnitude, a
   // tile) must be integers a double holds exactly: past 2^53 the conversion
-  // (and 2 max + 1 for sparse_int) would leave the 64-bit range.
+  // (and sparse_int's draw modulo 2 max) would leave the 64-bit range.
   if (const auto integer = integer_param(p.values.family)) {
     const double value = p.values.params[integer->index];
     if (std::fabs(value) > kMaxIntegerParam)

@@ -211,6 +211,24 @@ TEST(ProblemTest, TheDefaultMemoryLimitIsHalfThePhysicalMemory) {
   EXPECT_EQ(memory_limit_bytes(), physical / 2);
 }
 
+// FLASHCHECK_MAX_MEMORY (GiB) replaces the default, so that a sweep's workers
+// inherit --max-memory; a value that is not a positive size is bad input.
+TEST(ProblemTest, FlashcheckMaxMemoryInTheEnvironmentSetsTheLimit) {
+  if (std::getenv("FLASHCHECK_MAX_MEMORY")) GTEST_SKIP() << "FLASHCHECK_MAX_MEMORY is set here";
+  const MemoryLimitGuard guard;
+  clear_memory_limit();
+  ::setenv("FLASHCHECK_MAX_MEMORY", "0.5", 1);
+  EXPECT_EQ(memory_limit_bytes(), 0.5 * (1 << 30));
+  for (const char* bad : {"abc", "nan", "-1", "0", "inf", "1e400"}) {
+    ::setenv("FLASHCHECK_MAX_MEMORY", bad, 1);
+    EXPECT_THROW(memory_limit_bytes(), BadInput) << bad;
+  }
+  ::setenv("FLASHCHECK_MAX_MEMORY", "0.5", 1);
+  set_memory_limit_bytes(1 << 20);  // this process's own setting wins
+  EXPECT_EQ(memory_limit_bytes(), 1 << 20);
+  ::unsetenv("FLASHCHECK_MAX_MEMORY");
+}
+
 // The estimate, by hand for a small shape: Q, K, V in f16; two runs' O (f16)
 // and LSE (f32); five f64 copies of every row of O and LSE.
 TEST(ProblemTest, TheMemoryEstimateCountsInputsOutputsAndReferenceRows) {
