@@ -36,6 +36,7 @@ void add_bench(CLI::App& app, int& exit_code) {
   command->add_flag("--no-peer", *no_peer, "Do not time cuDNN alongside");
   auto require_gpu = std::make_shared<bool>(false);
   add_require_gpu(*command, *require_gpu);
+  add_max_memory(*command);
   command->footer(
       "Example: flashcheck bench -s all --problems scripts/gpu-bench.problems --record bench.jsonl\n"
       "Exit codes: 0 every pair in a subject's domain was timed (subjects unavailable on this machine are\n"

@@ -42,6 +42,9 @@ std::vector<Problem> read_problems(const std::vector<std::string>& lines, const 
 /// was among them.
 std::vector<Subject*> resolve_subjects(const std::vector<std::string>& names, bool* every = nullptr);
 
+/// Adds --max-memory GIB to a command that takes problems (run, replay, fuzz,
+/// bench): sets memory_limit_bytes for this process and its children.
+CLI::Option* add_max_memory(CLI::App& command);
 /// Adds --require-gpu to a command: the same name and help on run, fuzz and bench.
 CLI::Option* add_require_gpu(CLI::App& command, bool& flag);
 /// What --require-gpu checks before anything runs: one line on stderr per

@@ -62,6 +62,7 @@ void add_fuzz(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   add_require_gpu(*command, options->require_gpu);
+  add_max_memory(*command);
   auto every_row = std::make_shared<EveryRowMode>(EveryRowMode::off);  // docs/kokkos-cuda.md: the GPU path faults
   add_every_row(*command, *every_row);
   command->footer(
@@ -117,6 +118,7 @@ void add_replay(CLI::App& app, int& exit_code) {
   CLI::App* command = app.add_subcommand("replay", "Re-run a corpus file (OUT/corpus/<subject>.problems) or one problem line");
   command->add_option("target", *target, "A corpus file, or a problem line (then -s/--subjects)")->required();
   add_subjects(*command, *subjects)->description(std::string(kSubjectsHelp) + "\n(default: a corpus file's name)");
+  add_max_memory(*command);
   command->footer(fmt::format("Example: flashcheck replay build/sweep10/corpus/cpu-plain.problems\n"
                               "         flashcheck replay 'b=1 hq=2 sq=5 skv=6 d=8 dtype=f16' -s cpu-plain\n{}",
                               kRunExitCodes));

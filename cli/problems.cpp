@@ -27,7 +27,7 @@ std::vector<Problem> read_problems(const std::vector<std::string>& lines, const 
       try {
         problems.push_back(parse_problem(line));
       } catch (const BadInput& error) {
-        throw BadInput(error.field(), fmt::format("{} (at {}:{})", error.reason(), file, number));
+        throw BadInput(error.field(), error.reason(), fmt::format("{}:{}", file, number));
       }
     }
   }

@@ -235,6 +235,7 @@ void add_run(CLI::App& app, int& exit_code) {
                     "Also triangulate: the subject against the Kokkos reference, and cpu_f64 against it, on the\n"
                     "checked rows (to tell a subject's bug from an oracle's)");
   add_require_gpu(*command, options->require_gpu);
+  add_max_memory(*command);
   add_every_row(*command, options->every_row);
   command->footer(fmt::format("Example: flashcheck run -s cpu-plain,smoke-cpu-lowp --problems cli/smoke.problems -q\n{}",
                               kRunExitCodes));

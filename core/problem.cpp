@@ -3,12 +3,16 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <algorithm>
 #include <cmath>
-#include <fstream>
+#include <cstdlib>
+#include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 namespace flashcheck {
@@ -44,36 +48,89 @@ const FamilyInfo& info(ValueFamily family) {
   return families().front();
 }
 
+// A number read whole, or why not: a number too large for its type is out of
+// range (never clamped or wrapped), anything else malformed.
+enum class NumberError { none, malformed, out_of_range };
+
+constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
+
+// The largest magnitude of a value parameter that becomes an integer.
+constexpr double kMaxIntegerParam = 9007199254740992.0;  // 2^53
+
+// The one parameter of a family that the generator converts to an integer.
+struct IntegerParam {
+  std::size_t index;
+  std::string_view name;
+};
+std::optional<IntegerParam> integer_param(ValueFamily family) {
+  switch (family) {
+    case ValueFamily::sparse_int: return IntegerParam{0, "max"};
+    case ValueFamily::ties: return IntegerParam{0, "distinct"};
+    case ValueFamily::late_max: return IntegerParam{0, "tile"};
+    default: return std::nullopt;
+  }
+}
+
 template <typename T>
-std::optional<T> parse_number(std::string_view text) {
-  T value{};
-  if (text.empty()) return std::nullopt;
+NumberError parse_number(std::string_view text, T& value) {
+  if (text.empty()) return NumberError::malformed;
   const char* first = text.data();
   if constexpr (std::is_integral_v<T>) {
     if (*first == '+') ++first;
   }
   const char* last = text.data() + text.size();
   auto [end, error] = std::from_chars(first, last, value);
-  if (error != std::errc() || end != last) return std::nullopt;
-  return value;
+  if (end != last) return NumberError::malformed;
+  if (error == std::errc::result_out_of_range) return NumberError::out_of_range;
+  return error == std::errc() ? NumberError::none : NumberError::malformed;
 }
 
+// Bytes in the largest unit that keeps the number at least 1 (B, KiB, ... TiB).
+std::string format_bytes(double bytes) {
+  static constexpr std::string_view units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  std::size_t unit = 0;
+  while (unit + 1 < std::size(units) && bytes >= 1024.0) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  return unit == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.1f} {}", bytes, units[unit]);
+}
+
+// 'text', quoted for a message.
+std::string quoted(std::string_view text) { return fmt::format("'{}'", printable_excerpt(text)); }
+
 std::int64_t parse_int(std::string_view field, std::string_view text) {
-  auto value = parse_number<std::int64_t>(text);
-  if (!value) throw BadInput(std::string(field), fmt::format("'{}' is not an integer", text));
-  return *value;
+  std::int64_t value = 0;
+  switch (parse_number(text, value)) {
+    case NumberError::none: return value;
+    case NumberError::out_of_range:
+      throw BadInput(std::string(field), fmt::format("{} is outside the 64-bit integer range", quoted(text)));
+    case NumberError::malformed: break;
+  }
+  throw BadInput(std::string(field), fmt::format("{} is not an integer", quoted(text)));
 }
 
 std::uint64_t parse_seed(std::string_view field, std::string_view text) {
-  auto value = parse_number<std::uint64_t>(text);
-  if (!value) throw BadInput(std::string(field), fmt::format("'{}' is not a non-negative integer", text));
-  return *value;
+  std::uint64_t value = 0;
+  switch (parse_number(text, value)) {
+    case NumberError::none: return value;
+    case NumberError::out_of_range:
+      throw BadInput(std::string(field), fmt::format("{} is above the 64-bit seed range (at most {})", quoted(text),
+                                                     std::numeric_limits<std::uint64_t>::max()));
+    case NumberError::malformed: break;
+  }
+  throw BadInput(std::string(field), fmt::format("{} is not a non-negative integer", quoted(text)));
 }
 
 double parse_real(std::string_view field, std::string_view text) {
-  auto value = parse_number<double>(text);
-  if (!value) throw BadInput(std::string(field), fmt::format("'{}' is not a number", text));
-  return *value;
+  double value = 0;
+  switch (parse_number(text, value)) {
+    case NumberError::none: return value;
+    case NumberError::out_of_range:
+      throw BadInput(std::string(field), fmt::format("{} is outside the range of a double", quoted(text)));
+    case NumberError::malformed: break;
+  }
+  throw BadInput(std::string(field), fmt::format("{} is not a number", quoted(text)));
 }
 
 std::vector<std::string_view> split(std::string_view text, char separator) {
@@ -101,12 +158,12 @@ ValueDist parse_values(std::string_view text) {
   if (!family) {
     std::vector<std::string_view> names;
     for (const auto& entry : families()) names.push_back(entry.name);
-    throw BadInput("values", fmt::format("unknown value distribution '{}' (known: {})", name, fmt::join(names, ", ")));
+    throw BadInput("values", fmt::format("unknown value distribution {} (known: {})", quoted(name), fmt::join(names, ", ")));
   }
   ValueDist dist{*family, default_params(*family)};
   if (open == std::string_view::npos) return dist;
   if (text.back() != ')')
-    throw BadInput("values", fmt::format("'{}' is missing its closing parenthesis", text));
+    throw BadInput("values", fmt::format("{} is missing its closing parenthesis", quoted(text)));
   const std::string_view inside = text.substr(open + 1, text.size() - open - 2);
   std::vector<double> params;
   if (!inside.empty())
@@ -208,8 +265,27 @@ double Problem::storage_bytes() const {
   return tensors * element + static_cast<double>(batch) * heads_q * seqlen_q * 4.0;
 }
 
-BadInput::BadInput(std::string field, const std::string& reason)
-    : std::runtime_error(fmt::format("bad problem: {}: {}", field, reason)), field_(std::move(field)), reason_(reason) {}
+BadInput::BadInput(std::string field, const std::string& reason, std::string location)
+    : std::runtime_error(location.empty() ? fmt::format("bad problem: {}: {}", field, reason)
+                                          : fmt::format("{}: bad problem: {}: {}", location, field, reason)),
+      field_(std::move(field)),
+      reason_(reason),
+      location_(std::move(location)) {}
+
+std::string printable_excerpt(std::string_view text) {
+  std::string excerpt;
+  std::size_t taken = 0;
+  for (; taken < text.size(); ++taken) {
+    const auto byte = static_cast<unsigned char>(text[taken]);
+    const bool printable = byte >= 0x20 && byte < 0x7f;
+    const std::size_t width = printable ? 1 : 4;  // \xNN
+    if (excerpt.size() + width > kMaxQuotedChars) break;
+    if (printable) excerpt += static_cast<char>(byte);
+    else excerpt += fmt::format("\\x{:02x}", byte);
+  }
+  if (taken < text.size()) excerpt += fmt::format("... ({} more bytes)", text.size() - taken);
+  return excerpt;
+}
 
 std::string to_line(const Problem& p) {
   std::string line = fmt::format("b={} hq={} hkv={} sq={} skv={}", p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_kv);
@@ -237,11 +313,10 @@ Problem parse_problem(std::string_view line) {
     const std::string_view token = line.substr(position, end - position);
     position = end;
     const auto equals = token.find('=');
-    if (equals == std::string_view::npos)
-      throw BadInput(std::string(token.substr(0, 32)), "expected key=value");
+    if (equals == std::string_view::npos) throw BadInput(printable_excerpt(token), "expected key=value");
     const std::string key(token.substr(0, equals));
-    if (key.empty()) throw BadInput("line", fmt::format("'{}' has no key before '='", token.substr(0, 32)));
-    if (!known.count(key)) throw BadInput(key, "unknown field");
+    if (key.empty()) throw BadInput("line", fmt::format("{} has no key before '='", quoted(token)));
+    if (!known.count(key)) throw BadInput(printable_excerpt(key), "unknown field");
     if (fields.count(key)) throw BadInput(key, "given twice");
     const std::string_view value = token.substr(equals + 1);
     if (value.empty()) throw BadInput(key, "has no value");
@@ -261,13 +336,13 @@ Problem parse_problem(std::string_view line) {
   p.head_dim = parse_int("d", fields["d"]);
   p.head_dim_v = fields.count("dv") ? parse_int("dv", fields["dv"]) : p.head_dim;
   auto dtype = parse_dtype(fields["dtype"]);
-  if (!dtype) throw BadInput("dtype", fmt::format("unknown dtype '{}' (known: f32, f16, bf16)", fields["dtype"]));
+  if (!dtype) throw BadInput("dtype", fmt::format("unknown dtype {} (known: f32, f16, bf16)", quoted(fields["dtype"])));
   p.dtype = *dtype;
   if (fields.count("layout")) {
     const auto text = fields["layout"];
     if (text == "bhsd") p.layout = Layout::bhsd;
     else if (text == "bshd") p.layout = Layout::bshd;
-    else throw BadInput("layout", fmt::format("unknown layout '{}' (known: bhsd, bshd)", text));
+    else throw BadInput("layout", fmt::format("unknown layout {} (known: bhsd, bshd)", quoted(text)));
   }
   if (fields.count("mask")) {
     const auto text = fields["mask"];
@@ -277,7 +352,8 @@ Problem parse_problem(std::string_view line) {
         p.mask = kind;
         found = true;
       }
-    if (!found) throw BadInput("mask", fmt::format("unknown mask '{}' (known: none, causal_tl, causal_br, window)", text));
+    if (!found)
+      throw BadInput("mask", fmt::format("unknown mask {} (known: none, causal_tl, causal_br, window)", quoted(text)));
   }
   if (fields.count("window")) {
     if (p.mask != MaskKind::window)
@@ -328,27 +404,82 @@ void validate(const Problem& p) {
     throw BadInput("window", fmt::format("a window is only valid with mask=window, not mask={}", to_string(p.mask)));
   if (p.mask == MaskKind::window && (p.window_left < -1 || p.window_right < -1))
     throw BadInput("window", "bounds must be >= 0, or -1 for unbounded");
+  // A bound past every sequence means the same as unbounded; past 2^31 it
+  // could overflow the index arithmetic of the mask.
+  if (p.window_left >= kMaxDimension || p.window_right >= kMaxDimension)
+    throw BadInput("window", fmt::format("{},{}: a bound must be below 2^31 (-1 for unbounded)", p.window_left,
+                                         p.window_right));
   if (!std::isfinite(p.softmax_scale) || p.softmax_scale <= 0)
     throw BadInput("scale", fmt::format("{} must be a positive finite number", p.softmax_scale));
   if (p.values.params.size() != default_params(p.values.family).size())
     throw BadInput("values", fmt::format("{} takes {} parameter(s)", to_string(p.values.family),
                                          default_params(p.values.family).size()));
-  // The inputs, the outputs and a reference copy of the outputs in f64 must fit.
-  const double needed = p.storage_bytes() + static_cast<double>(p.batch) * p.heads_q * p.seqlen_q * (p.head_dim_v + 1) * 8.0;
-  const double available = available_memory_bytes();
-  if (available > 0 && needed > available)
-    throw BadInput("size", fmt::format("the buffers need {:.1f} GiB but only {:.1f} GiB of memory is available",
-                                       needed / (1u << 30), available / (1u << 30)));
+  for (double param : p.values.params)
+    if (!std::isfinite(param)) throw BadInput("values", "parameters must be finite");
+  // Parameters that the generator turns into integers (a count, a magnitude, a
+  // tile) must be integers a double holds exactly: past 2^53 the conversion
+  // (and sparse_int's draw modulo 2 max) would leave the 64-bit range.
+  if (const auto integer = integer_param(p.values.family)) {
+    const double value = p.values.params[integer->index];
+    if (std::fabs(value) > kMaxIntegerParam)
+      throw BadInput("values", fmt::format("{}'s {} {} is beyond the integers a double holds exactly (|{}| <= 2^53)",
+                                           to_string(p.values.family), integer->name, value, integer->name));
+  }
+  const double needed = estimated_memory_bytes(p);
+  const double limit = memory_limit_bytes();
+  if (limit > 0 && needed > limit)
+    throw BadInput("size", fmt::format("the problem needs about {} of memory, above the limit of {} "
+                                       "(--max-memory GIB changes it)",
+                                       format_bytes(needed), format_bytes(limit)));
 }
 
-double available_memory_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  double kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib * 1024.0;
-  return 0;
+double estimated_memory_bytes(const Problem& p) {
+  const double element = flashcheck::storage_bytes(p.dtype);
+  const double rows = static_cast<double>(p.batch) * static_cast<double>(p.heads_q) * static_cast<double>(p.seqlen_q);
+  const double keys = static_cast<double>(p.batch) * static_cast<double>(p.heads_kv) * static_cast<double>(p.seqlen_kv);
+  const double d = static_cast<double>(p.head_dim), dv = static_cast<double>(p.head_dim_v);
+  const double inputs = (rows * d + keys * (d + dv)) * element;
+  const double outputs = 2.0 * rows * (dv * element + 4.0);  // subject and peer: O stored, LSE f32
+  // The judge compares every row up to 1024 per sequence, else a sample of
+  // 1024 (JudgeOptions::max_rows' default, oracles/judge.hpp).
+  constexpr double kComparedRowsPerSequence = 1024;
+  const double compared_rows = static_cast<double>(p.batch) * static_cast<double>(p.heads_q) *
+                               std::min(static_cast<double>(p.seqlen_q), kComparedRowsPerSequence);
+  // O and LSE rows in f64: the reference and its condition numbers, the
+  // baseline's rows, the subject's and the peer's gathered rows.
+  const double reference_rows = 5.0 * compared_rows * (dv + 1.0) * 8.0;
+  return inputs + outputs + reference_rows;
 }
+
+double physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page_bytes = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_bytes <= 0) return 0;
+  return static_cast<double>(pages) * static_cast<double>(page_bytes);
+}
+
+namespace {
+std::optional<double> memory_limit_set;  // by set_memory_limit_bytes
+}  // namespace
+
+double memory_limit_bytes() {
+  if (memory_limit_set) return *memory_limit_set;
+  if (const char* text = std::getenv("FLASHCHECK_MAX_MEMORY"); text && *text) {
+    double gib = 0;
+    if (parse_number(std::string_view(text), gib) != NumberError::none || !std::isfinite(gib) || gib <= 0)
+      throw BadInput("max-memory", fmt::format("FLASHCHECK_MAX_MEMORY={} is not a positive number of GiB",
+                                               quoted(text)));
+    return gib * kBytesPerGiB;
+  }
+  return physical_memory_bytes() / 2;
+}
+
+void set_memory_limit_bytes(double bytes) {
+  if (!std::isfinite(bytes) || bytes <= 0)
+    throw BadInput("max-memory", fmt::format("{} bytes is not a positive finite limit", bytes));
+  memory_limit_set = bytes;
+}
+
+void clear_memory_limit() { memory_limit_set.reset(); }
 
 }  // namespace flashcheck

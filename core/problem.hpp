@@ -124,17 +124,31 @@ double default_softmax_scale(std::int64_t head_dim);
 Problem make_problem(std::int64_t batch, std::int64_t heads_q, std::int64_t heads_kv, std::int64_t seqlen_q,
                      std::int64_t seqlen_kv, std::int64_t head_dim, DType dtype, MaskKind mask = MaskKind::none);
 
-/// Bad input: names the field and the reason, in one line.
+/// Bad input: names the field and the reason, in one line:
+///   "bad problem: FIELD: REASON", or with a location (a file and line)
+///   "LOCATION: bad problem: FIELD: REASON", the location first.
+/// Text quoted from the input goes through printable_excerpt, so the message
+/// holds no control byte (a NUL cannot cut it short) and stays short.
 class BadInput : public std::runtime_error {
  public:
-  BadInput(std::string field, const std::string& reason);
+  BadInput(std::string field, const std::string& reason, std::string location = {});
   const std::string& field() const { return field_; }
   const std::string& reason() const { return reason_; }
+  const std::string& location() const { return location_; }
 
  private:
   std::string field_;
   std::string reason_;
+  std::string location_;
 };
+
+/// Most characters of an input token that an error message quotes.
+inline constexpr std::size_t kMaxQuotedChars = 80;
+
+/// `text` as an error message may quote it: bytes outside printable ASCII
+/// written as \xNN, and at most kMaxQuotedChars characters, a longer token cut
+/// and marked with how many bytes were left out.
+std::string printable_excerpt(std::string_view text);
 
 /// The one-line form, e.g.
 ///   b=2 hq=8 hkv=2 sq=128 skv=256 d=64 dv=64 dtype=bf16 layout=bhsd mask=causal_br
@@ -148,10 +162,33 @@ std::string to_line(const Problem& problem);
 Problem parse_problem(std::string_view line);
 
 /// Checks the invariants (sizes, GQA divisibility, lengths, window only with the
-/// window mask, memory). Throws BadInput naming the field.
+/// window mask, value parameters that become integers, memory). Throws BadInput
+/// naming the field; a problem whose estimated_memory_bytes exceeds
+/// memory_limit_bytes is refused (field "size") with the estimate and the limit.
 void validate(const Problem& problem);
 
-/// Bytes of memory available to this process now (MemAvailable), or 0 if unknown.
-double available_memory_bytes();
+/// Host bytes one judged case of the problem holds at once (oracles/judge.cpp),
+/// estimated from its shape alone (nothing is allocated): Q, K, V as stored;
+/// O and LSE of two runs (subject, peer); and, in f64, the compared query rows
+/// of O and LSE five times (the reference with its condition numbers, the
+/// baseline's rows, the rows gathered from the subject and the peer), counting
+/// the judge's default of up to 1024 rows per sequence (more with
+/// `run --rows`, or `--every-row`).
+double estimated_memory_bytes(const Problem& problem);
+
+/// Bytes of physical memory of this host (0 if unknown).
+double physical_memory_bytes();
+
+/// The most memory (bytes) a problem may need (estimated_memory_bytes) to be
+/// accepted. Default: half of physical_memory_bytes(); the environment
+/// variable FLASHCHECK_MAX_MEMORY (GiB) replaces the default, so that child
+/// processes (sweep workers) inherit a limit the CLI's --max-memory set.
+/// 0 means no limit (physical memory unknown and nothing set).
+double memory_limit_bytes();
+/// Sets the limit for this process (bytes > 0, finite); throws BadInput
+/// (field "max-memory") otherwise.
+void set_memory_limit_bytes(double bytes);
+/// Forgets a limit set_memory_limit_bytes set: back to the default.
+void clear_memory_limit();
 
 }  // namespace flashcheck

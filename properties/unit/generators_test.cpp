@@ -149,6 +149,24 @@ TEST(Generators, GroupedHeadsOnlyDrawsTrueGroupingEvenly) {
   EXPECT_EQ(heads_q, heads_kv);
 }
 
+// Every drawn problem passes validate()'s memory limit on a host of 8 GiB
+// (the default limit is half of physical memory): the properties never meet
+// a generated problem refused for its size on a small CI machine.
+TEST(Generators, EveryDrawnProblemFitsTheMemoryLimitOfAn8GiBHost) {
+  for (const Domain& domain : kDomains) {
+    double largest = 0;
+    std::string largest_line;
+    for (bool long_contexts : {false, true})
+      for (const Problem& p : draw(gen_problem_in(*domain.caps, {.long_contexts = long_contexts}), 1000).problems)
+        if (estimated_memory_bytes(p) > largest) {
+          largest = estimated_memory_bytes(p);
+          largest_line = to_line(p);
+        }
+    std::printf("%-10s largest memory estimate %.2f GiB: %s\n", domain.name, largest / (1 << 30), largest_line.c_str());
+    EXPECT_LE(largest, 4.0 * (1 << 30)) << largest_line;
+  }
+}
+
 TEST(Generators, LongContextsOnlyWhenAskedAndWithinTheDomain) {
   for (const Domain& domain : kDomains) {
     const Draws without = draw(gen_problem_in(*domain.caps), 1000);

@@ -1,7 +1,12 @@
 // The Problem line: its printed form, defaults, and one clear BadInput per
 // kind of bad input, naming the field.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cmath>
+#include <cstdlib>
+#include <limits>
 #include <string>
 
 #include "core/problem.hpp"
@@ -100,7 +105,145 @@ INSTANTIATE_TEST_SUITE_P(
         BadLine{"b=1 hq=8 sq=12 skv=12 d=64 dtype=bf16 gseed=-1", "gseed", "non-negative"},
         BadLine{"b=1 hq=8 sq=12 skv=12 d=64 dtype=bf16 dseed=", "dseed", "no value"},
         BadLine{"b=1 hq=8 sq=12 skv=12 d=64 bf16", "bf16", "key=value"},
-        BadLine{"b=1 hq=8 sq=12 skv=12 d=64 dtype=f16 =3", "line", "no key"}));
+        BadLine{"b=1 hq=8 sq=12 skv=12 d=64 dtype=f16 =3", "line", "no key"},
+        // Magnitudes past the type a value becomes are refused, never converted
+        // (issue 21: sparse_int(1e19,1) and ties(1e300) died of SIGFPE).
+        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 values=sparse_int(1e19,1)", "values", "sparse_int's max 1e+19"},
+        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 values=sparse_int(-1e19,1)", "values", "2^53"},
+        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 values=ties(1e300)", "values", "ties's distinct 1e+300"},
+        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 values=late_max(1e300,8)", "values", "late_max's tile"},
+        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 values=normal(1e400,1)", "values", "outside the range of a double"},
+        BadLine{"b=99999999999999999999 hq=1 sq=4 skv=4 d=16 dtype=f16", "b", "outside the 64-bit integer range"},
+        BadLine{"b=1 hq=-9223372036854775809 sq=4 skv=4 d=16 dtype=f16", "hq", "outside the 64-bit integer range"},
+        BadLine{"b=1 hq=1 sq=4 skv=4 lens_q=99999999999999999999 d=16 dtype=f16", "lens_q", "64-bit integer range"},
+        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 gseed=18446744073709551616", "gseed", "above the 64-bit seed range"},
+        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 scale=1e400", "scale", "outside the range of a double"},
+        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 scale=inf", "scale", "positive finite"},
+        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 mask=window window=9223372036854775807,0", "window", "below 2^31"},
+        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 mask=window window=0,4294967296", "window", "below 2^31"}));
+
+// A token of 128 KiB is quoted by its first 80 characters at most.
+TEST(ProblemTest, AnErrorQuotesAtMost80CharactersOfAToken) {
+  const std::string huge(128 * 1024, '7');
+  for (const std::string& line :
+       {"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 colour" + huge + "=1", "b=1 hq=1 sq=" + huge + "x skv=4 d=16 dtype=f16",
+        "b=1 hq=1 sq=4 skv=4 d=16 dtype=f" + huge, "b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 values=normal(" + huge,
+        "b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 " + huge}) {
+    try {
+      parse_problem(line);
+      FAIL() << "accepted a line of " << line.size() << " bytes";
+    } catch (const BadInput& error) {
+      const std::string message = error.what();
+      EXPECT_LT(message.size(), 300u) << message;
+      EXPECT_NE(message.find(std::string(kMaxQuotedChars - 8, '7')), std::string::npos) << message;
+      EXPECT_EQ(message.find(std::string(kMaxQuotedChars + 1, '7')), std::string::npos) << message;
+      EXPECT_NE(message.find("more bytes"), std::string::npos) << message;
+    }
+  }
+}
+
+// Control bytes (a NUL, an escape) are written as \xNN: the message stays one
+// printable line that a NUL cannot cut short.
+TEST(ProblemTest, AnErrorEscapesControlBytes) {
+  const std::string line = std::string("b=1 hq=1 sq=4 skv=4 d=16 dtype=f1") + '\0' + "6\x1b[31m";
+  try {
+    parse_problem(line);
+    FAIL() << "accepted";
+  } catch (const BadInput& error) {
+    const std::string message = error.what();
+    EXPECT_EQ(error.field(), "dtype");
+    EXPECT_NE(message.find("'f1\\x006\\x1b[31m'"), std::string::npos) << message;
+    for (char c : message) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "byte " << int(c) << " in " << message;
+  }
+  EXPECT_EQ(printable_excerpt(std::string("a\0b\xff", 4)), "a\\x00b\\xff");
+  EXPECT_EQ(printable_excerpt(std::string(80, 'x')), std::string(80, 'x'));
+  EXPECT_EQ(printable_excerpt(std::string(81, 'x')), std::string(80, 'x') + "... (1 more bytes)");
+  std::string twenty_nuls;  // 20 escapes of 4 characters fill the 80
+  for (int i = 0; i < 20; ++i) twenty_nuls += "\\x00";
+  EXPECT_EQ(printable_excerpt(std::string(30, '\0')), twenty_nuls + "... (10 more bytes)");
+}
+
+// A location goes first, so that a reader (and a truncated terminal) sees
+// FILE:LINE before the reason.
+TEST(ProblemTest, ALocationComesFirst) {
+  const BadInput error("dtype", "unknown dtype 'x'", "problems.txt:4");
+  EXPECT_STREQ(error.what(), "problems.txt:4: bad problem: dtype: unknown dtype 'x'");
+  EXPECT_EQ(error.location(), "problems.txt:4");
+}
+
+// Restores the default memory limit when a test leaves.
+struct MemoryLimitGuard {
+  ~MemoryLimitGuard() { clear_memory_limit(); }
+};
+
+// issue 21: hq=100000000 was accepted and allocated until killed. The estimate
+// is made from the shape before anything is allocated, and past the limit the
+// problem is refused with the estimate.
+TEST(ProblemTest, AProblemPastTheMemoryLimitIsRefusedWithItsEstimate) {
+  const MemoryLimitGuard guard;
+  const char* line = "b=1 hq=100000000 sq=1 skv=1 d=8 dtype=f16";
+  set_memory_limit_bytes(8.0 * (1 << 30));
+  try {
+    parse_problem(line);
+    FAIL() << "accepted under an 8 GiB limit";
+  } catch (const BadInput& error) {
+    EXPECT_EQ(error.field(), "size");
+    const Problem shape = make_problem(1, 100000000, 100000000, 1, 1, 8, DType::f16);
+    const std::string estimate = fmt::format("about {:.1f} GiB", estimated_memory_bytes(shape) / (1 << 30));
+    EXPECT_NE(std::string(error.what()).find(estimate), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("limit of 8.0 GiB"), std::string::npos) << error.what();
+  }
+  // The same shape under a limit that holds it is accepted (nothing allocated by parsing).
+  set_memory_limit_bytes(1e15);
+  EXPECT_EQ(parse_problem(line).heads_q, 100000000);
+  EXPECT_THROW(set_memory_limit_bytes(std::nan("")), BadInput);
+  EXPECT_THROW(set_memory_limit_bytes(-1), BadInput);
+  EXPECT_THROW(set_memory_limit_bytes(std::numeric_limits<double>::infinity()), BadInput);
+}
+
+TEST(ProblemTest, TheDefaultMemoryLimitIsHalfThePhysicalMemory) {
+  if (std::getenv("FLASHCHECK_MAX_MEMORY")) GTEST_SKIP() << "FLASHCHECK_MAX_MEMORY is set here";
+  const MemoryLimitGuard guard;
+  clear_memory_limit();
+  const double physical = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  ASSERT_GT(physical, 0);
+  EXPECT_EQ(physical_memory_bytes(), physical);
+  EXPECT_EQ(memory_limit_bytes(), physical / 2);
+}
+
+// FLASHCHECK_MAX_MEMORY (GiB) replaces the default, so that a sweep's workers
+// inherit --max-memory; a value that is not a positive size is bad input.
+TEST(ProblemTest, FlashcheckMaxMemoryInTheEnvironmentSetsTheLimit) {
+  if (std::getenv("FLASHCHECK_MAX_MEMORY")) GTEST_SKIP() << "FLASHCHECK_MAX_MEMORY is set here";
+  const MemoryLimitGuard guard;
+  clear_memory_limit();
+  ::setenv("FLASHCHECK_MAX_MEMORY", "0.5", 1);
+  EXPECT_EQ(memory_limit_bytes(), 0.5 * (1 << 30));
+  for (const char* bad : {"abc", "nan", "-1", "0", "inf", "1e400"}) {
+    ::setenv("FLASHCHECK_MAX_MEMORY", bad, 1);
+    EXPECT_THROW(memory_limit_bytes(), BadInput) << bad;
+  }
+  ::setenv("FLASHCHECK_MAX_MEMORY", "0.5", 1);
+  set_memory_limit_bytes(1 << 20);  // this process's own setting wins
+  EXPECT_EQ(memory_limit_bytes(), 1 << 20);
+  ::unsetenv("FLASHCHECK_MAX_MEMORY");
+}
+
+// The estimate, by hand for a small shape: Q, K, V in f16; two runs' O (f16)
+// and LSE (f32); five f64 copies of every row of O and LSE.
+TEST(ProblemTest, TheMemoryEstimateCountsInputsOutputsAndReferenceRows) {
+  Problem p = make_problem(2, 4, 2, 8, 16, 32, DType::f16);
+  p.head_dim_v = 16;
+  const double rows = 2 * 4 * 8, keys = 2 * 2 * 16;
+  const double expected = (rows * 32 + keys * (32 + 16)) * 2 + 2 * rows * (16 * 2 + 4) + 5 * rows * 17 * 8;
+  EXPECT_EQ(estimated_memory_bytes(p), expected);
+  // Past 1024 query rows per sequence the judge samples 1024 rows: the f64
+  // rows stop growing, the stored tensors do not.
+  p.seqlen_q = 4096;
+  const double long_rows = 2 * 4 * 4096, sampled_rows = 2 * 4 * 1024;
+  EXPECT_EQ(estimated_memory_bytes(p),
+            (long_rows * 32 + keys * (32 + 16)) * 2 + 2 * long_rows * (16 * 2 + 4) + 5 * sampled_rows * 17 * 8);
+}
 
 }  // namespace
 }  // namespace flashcheck
