@@ -1,7 +1,8 @@
 """The report in a real browser (ctest `report_browser`): renders report.html
 from the H200 records in reports/testdata with headless Chromium, saves a
 screenshot, and asserts that the page loaded, ran no script into an error, and
-shows every plot with a non-zero size.
+shows every plot with a non-zero size; that nothing is wider than a 1400 px
+window, and that there is a table of contents.
 
     browser_test.py PATH/TO/flashcheck [SCREENSHOT.png]
 
@@ -43,7 +44,8 @@ def main():
             return 1
         page = "file://" + os.path.join(tmp, "report.html")
         env = dict(os.environ, HOME=tmp)  # Chromium writes its profile under HOME
-        dom = subprocess.run([browser, *FLAGS, "--virtual-time-budget=10000", "--dump-dom", page],
+        # At 1400 px, the width the report is read at: nothing may be wider than the window.
+        dom = subprocess.run([browser, *FLAGS, "--window-size=1400,3000", "--virtual-time-budget=10000", "--dump-dom", page],
                              capture_output=True, text=True, timeout=120, env=env)
         body = re.search(r"<body([^>]*)>", dom.stdout)
         if dom.returncode != 0 or not body:
@@ -58,6 +60,10 @@ def main():
             problems.append(f"{attributes.get('errors')} script error(s)")
         if int(attributes.get("images", "0")) < 4:
             problems.append(f"only {attributes.get('images')} image(s); expected the plots")
+        if attributes.get("overflow") != "0":
+            problems.append(f"the page is {attributes.get('overflow')} px wider than a 1400 px window (a table or plot overflows)")
+        if "<nav>" not in dom.stdout:
+            problems.append("no table of contents")
         if attributes.get("broken-images") != "0":
             problems.append(f"{attributes.get('broken-images')} image(s) failed to load or have no size")
         screenshot = sys.argv[2] if len(sys.argv) > 2 else os.path.join(tmp, "report.png")

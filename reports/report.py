@@ -131,6 +131,22 @@ def problem_fields(line):
     return fields
 
 
+def short_problem(line):
+    """A problem's short label for tables and plots ("b2 h8/2 300x517 d128 bf16
+    causal_br normal"); the full line goes beside it (a tooltip, a detail)."""
+    f = problem_fields(line)
+    if not f:
+        return line or ""
+    heads = f.get("hq", "?") + (f"/{f['hkv']}" if "hkv" in f and f["hkv"] != f.get("hq") else "")
+    parts = [f"b{f.get('b', '?')}", f"h{heads}", f"{f.get('sq', '?')}x{f.get('skv', '?')}", f"d{f.get('d', '?')}",
+             f.get("dtype", "")]
+    if f.get("mask", "none") != "none":
+        parts.append(f["mask"])
+    if "values" in f:
+        parts.append(f["values"].split("(")[0])
+    return " ".join(p for p in parts if p)
+
+
 def kind_of(record):
     return record.get("kind") or ("case" if "verdict" in record else "other")
 
@@ -354,6 +370,13 @@ def png(figure):
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+def plain(text):
+    """A name or message drawn as it is: a dollar sign escaped, so that no
+    math text is parsed ($...$ in a subject's name made matplotlib raise).
+    (Turning math text off for the whole figure broke the log axes' labels.)"""
+    return str(text).replace("$", r"\$")
+
+
 def histogram_grid(groups, kind):
     import matplotlib.pyplot as plt
     panels = [g for g in groups.values() if g["hist" if kind == "abs" else "ulp"]]
@@ -367,19 +390,21 @@ def histogram_grid(groups, kind):
     for ax in axes.flat[len(panels):]:
         ax.axis("off")
     for ax, g in zip(axes.flat, panels):
-        series = [("subject", g["hist"] if kind == "abs" else g["ulp"], "C0"),
-                  ("same-precision baseline", g["base_hist"] if kind == "abs" else g["base_ulp"], "C1"),
-                  ("cuDNN (peer)", g["peer_hist"] if kind == "abs" else g["peer_ulp"], "C2")]
-        for label, counts, color in series:
+        # The subject last and thickest, so that the baseline and the peer never hide it.
+        series = [("same-precision baseline", g["base_hist"] if kind == "abs" else g["base_ulp"], "C1", 1.0, 2),
+                  ("cuDNN (peer)", g["peer_hist"] if kind == "abs" else g["peer_ulp"], "C2", 1.0, 3),
+                  ("subject", g["hist"] if kind == "abs" else g["ulp"], "C0", 1.8, 4)]
+        for label, counts, color, width, order in series:
             if not counts or not sum(counts):
                 continue
             total = sum(counts)
-            ax.step(range(len(counts)), [c / total for c in counts], where="mid", label=label, color=color)
+            ax.step(range(len(counts)), [c / total for c in counts], where="mid", label=label, color=color,
+                    linewidth=width, zorder=order)
         labels = labels_abs if kind == "abs" else labels_ulp
         ticks = list(range(0, len(labels), 4))
         ax.set_xticks(ticks)
         ax.set_xticklabels([labels[t] for t in ticks], fontsize=7, rotation=45)
-        ax.set_title(f"{g['subject']} ({g['dtype']}, {g['cases']} cases)", fontsize=9)
+        ax.set_title(plain(f"{g['subject']} ({g['dtype']}, {g['cases']} cases)"), fontsize=9)
         ax.set_ylabel("fraction of elements", fontsize=7)
         ax.tick_params(axis="y", labelsize=7)
     handles, labels = axes.flat[0].get_legend_handles_labels()
@@ -388,10 +413,13 @@ def histogram_grid(groups, kind):
             if l not in labels:
                 handles.append(h)
                 labels.append(l)
-    figure.legend(handles, labels, loc="upper center", ncol=3, bbox_to_anchor=(0.5, 1.02))
+    # Title, then legend, then the panels: each in a band of its own (the
+    # suptitle used to overlap the top row).
+    top = 1 - 0.75 / (2.8 * rows)
     figure.suptitle("|error| against f64 (log10 bins)" if kind == "abs" else "ULP error in the output dtype (log2 bins)",
-                    y=1.06)
-    figure.tight_layout()
+                    y=0.995, va="top")
+    figure.legend(handles, labels, loc="upper center", ncol=3, bbox_to_anchor=(0.5, top + 0.3 / (2.8 * rows)))
+    figure.tight_layout(rect=(0, 0, 1, top - 0.05 / rows))
     return png(figure)
 
 
@@ -436,18 +464,20 @@ def drift_plots(groups):
                 if not keys:
                     continue
                 xs = [categories.index(k) for k in keys] if categorical else keys
-                ax.plot(xs, [statistics.median(buckets[k]) for k in keys], marker="o", markersize=3, label=g["subject"])
+                # Categories are not joined by lines: there is nothing between two of them.
+                ax.plot(xs, [statistics.median(buckets[k]) for k in keys], marker="o", markersize=4 if categorical else 3,
+                        linestyle="none" if categorical else "-", label=plain(g["subject"]))
             ax.set_yscale("log")
             if categorical:
                 ax.set_xticks(range(len(categories)))
-                ax.set_xticklabels(categories, rotation=45, fontsize=7, ha="right")
+                ax.set_xticklabels([plain(c) for c in categories], rotation=45, fontsize=7, ha="right")
             elif axis == "seqlen_kv":
                 ax.set_xscale("log", base=2)
             ax.set_title(f"against {axis.replace('_', ' ')}", fontsize=9)
             ax.set_ylabel("median relative O RMSE", fontsize=7)
         axes[0].legend(fontsize=6, loc="best")
         figure.suptitle(f"error against shape, values and mask: {dtype}")
-        figure.tight_layout()
+        figure.tight_layout(rect=(0, 0, 1, 0.92))
         images.append((dtype, png(figure)))
     return images
 
@@ -467,14 +497,14 @@ def bench_plot(rows):
         memory = mine[0].get("bound") == "memory"
         values = [100 * (r["fraction_of_copy"] if memory else r["fraction_of_gemm"]) for r in mine]
         colors = ["C2" if r["subject"] == "cudnn" else "C0" for r in mine]
-        ax.barh([r["subject"] for r in mine], values, color=colors)
+        ax.barh([plain(r["subject"]) for r in mine], values, color=colors)
         ax.set_xlabel(f"% of the measured {'copy bandwidth' if memory else 'GEMM peak'}", fontsize=7)
         ax.tick_params(labelsize=7)
         fields = problem_fields(problem)
         short = " ".join(f"{k}={fields[k]}" for k in ("b", "hq", "hkv", "sq", "skv", "d", "dtype", "mask") if k in fields)
-        ax.set_title(short, fontsize=8)
+        ax.set_title(plain(short), fontsize=8)
     figure.suptitle("speed as a fraction of this machine's measured ceilings (cuDNN in green)")
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.4 / (3.2 * n_rows)))
     return png(figure)
 
 
@@ -566,9 +596,12 @@ def markdown(summary, title):
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 24px; color: #222; max-width: 1500px; }
-table { border-collapse: collapse; margin: 8px 0 20px; font-size: 13px; }
-th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; white-space: nowrap; }
+table { border-collapse: collapse; margin: 8px 0 20px; font-size: 12px; }
+th, td { border: 1px solid #ccc; padding: 3px 5px; text-align: right; white-space: nowrap; }
 th { background: #f3f3f3; } td.l, th.l { text-align: left; }
+th { white-space: normal; vertical-align: bottom; }
+td.wrap { white-space: normal; overflow-wrap: anywhere; max-width: 640px; }
+nav ul { columns: 2; margin: 4px 0 16px; } nav li { margin: 2px 0; }
 code { font-size: 12px; } .bad { color: #b00020; font-weight: bold; } .ok { color: #1b5e20; }
 .banner { padding: 10px 14px; margin: 10px 0; border-radius: 4px; }
 .banner.bad { background: #fde7e9; } .banner.ok { background: #e8f5e9; } .warn { background: #fff8e1; padding: 6px 10px; }
@@ -591,6 +624,9 @@ window.addEventListener("load", function () {
   document.body.setAttribute("data-images", String(images.length));
   document.body.setAttribute("data-broken-images", String(broken.length));
   document.body.setAttribute("data-errors", String(window.__errors.length));
+  // How far the page is wider than the window (0: it fits).
+  var width = Math.max(document.documentElement.scrollWidth, document.body.scrollWidth);
+  document.body.setAttribute("data-overflow", String(Math.max(0, width - window.innerWidth)));
   document.body.setAttribute("data-loaded", "yes");
 });
 </script>
@@ -648,19 +684,19 @@ def html_report(summary, groups, images, title):
             parts.append(f"<details><summary><b>{e(s['subject'])}</b> ({e(s['dtype'])}): {s['deviations']} "
                          "deviation(s), a limit the subject declares</summary><table><tr><th class='l'>limit</th>"
                          "<th class='l'>problem</th><th class='l'>replay</th></tr>")
-            parts += [f"<tr><td class='l'>{e(d['message'])}</td><td class='l'><code>{e(d['problem'])}</code></td>"
-                      f"<td class='l'><code>{e(d['reproducer'])}</code></td></tr>" for d in s["deviated"][:20]]
+            parts += [f"<tr><td class='l wrap'>{e(d['message'])}</td><td class='l'>{problem_cell(d['problem'])}</td>"
+                      f"<td class='l wrap'><code>{e(d['reproducer'])}</code></td></tr>" for d in s["deviated"][:20]]
             parts.append("</table></details>")
         if s["failures"]:
             parts.append(f"<details><summary><b>{e(s['subject'])}</b> ({e(s['dtype'])}): {len(s['failures'])} "
                          "failure(s) shown</summary><table><tr><th class='l'>check</th><th class='l'>problem</th>"
                          "<th class='l'>replay</th></tr>")
-            parts += [f"<tr><td class='l'>{e(f['check'])}</td><td class='l'><code>{e(f['problem'])}</code></td>"
-                      f"<td class='l'><code>{e(f['reproducer'])}</code></td></tr>" for f in s["failures"][:20]]
+            parts += [f"<tr><td class='l'>{e(f['check'])}</td><td class='l'>{problem_cell(f['problem'])}</td>"
+                      f"<td class='l wrap'><code>{e(f['reproducer'])}</code></td></tr>" for f in s["failures"][:20]]
             parts.append("</table></details>")
         if s["worst_ratios"]:
             parts.append(f"<details><summary>{e(s['subject'])} ({e(s['dtype'])}): the worst error ratios</summary><table>")
-            parts += [f"<tr><td>{fmt_float(w['ratio'], '.3f')}</td><td class='l'><code>{e(w['problem'])}</code></td></tr>"
+            parts += [f"<tr><td>{fmt_float(w['ratio'], '.3f')}</td><td class='l wrap'><code>{e(w['problem'])}</code></td></tr>"
                       for w in s["worst_ratios"]]
             parts.append("</table></details>")
 
@@ -688,7 +724,7 @@ def html_report(summary, groups, images, title):
         parts.append("<table><tr><th class='l'>problem</th><th class='l'>subject</th><th>median ms</th><th>min</th>"
                      "<th>max</th><th>TFLOP/s</th><th>% GEMM</th><th>GB/s</th><th>% copy</th><th>× cuDNN</th></tr>")
         for b in summary["bench"]:
-            parts.append(f"<tr><td class='l'><code>{e(b['problem'])}</code></td><td class='l'>{e(b['subject'])}</td>"
+            parts.append(f"<tr><td class='l'>{problem_cell(b['problem'])}</td><td class='l'>{e(b['subject'])}</td>"
                          f"<td>{fmt_float(b['median_ms'], '.3f')}</td><td>{fmt_float(b['min_ms'], '.3f')}</td>"
                          f"<td>{fmt_float(b['max_ms'], '.3f')}</td><td>{fmt_float(b['tflops'], '.1f')}</td>"
                          f"<td>{fmt_float(100 * (b['fraction_of_gemm'] or 0), '.0f')}%</td><td>{fmt_float(b['gbps'], '.0f')}</td>"
@@ -697,7 +733,31 @@ def html_report(summary, groups, images, title):
         parts.append("</table><p>× cuDNN: cuDNN's median time over the subject's on the same problem (above 1: "
                      "faster than cuDNN).</p>")
     parts.append("</body></html>")
-    return "\n".join(parts)
+    return with_contents("\n".join(parts))
+
+
+def problem_cell(line):
+    """A table cell's problem: the short label, the full line on hover."""
+    return f"<code title='{html.escape(line or '')}'>{html.escape(short_problem(line))}</code>"
+
+
+def with_contents(page):
+    """The page with an id on every section heading and a table of contents
+    after the introduction (before the first section)."""
+    import re
+    headings = []
+
+    def anchor(match):
+        headings.append(match.group(1))
+        return f"<h2 id='s{len(headings)}'>{match.group(1)}</h2>"
+
+    page = re.sub(r"<h2>(.*?)</h2>", anchor, page)
+    if not headings:
+        return page
+    contents = "<nav><b>Contents</b><ul>" + "".join(
+        f"<li><a href='#s{n}'>{title}</a></li>" for n, title in enumerate(headings, 1)) + "</ul></nav>"
+    first = page.index("<h2 id='s1'>")
+    return page[:first] + contents + page[first:]
 
 
 def main():

@@ -153,6 +153,17 @@ class Report(unittest.TestCase):
         self.assertIn("gpu-less", warning)
         self.assertIn(subject, warning)
 
+    def test_a_subject_named_like_math_text_is_drawn_as_it_is(self):
+        # "$\\frac{" in a name made matplotlib raise (it read the name as math text).
+        records = [dict(r, subject="evil$\\frac{x$<b>") for r in load(ACCURACY)[:20]]
+        save(self.path("records.jsonl"), records)
+        run = report(self.path("records.jsonl"), "-o", self.path("out"))
+        self.assertEqual(run.returncode, 0, run.stderr)
+        with open(os.path.join(self.path("out"), "report.html"), encoding="utf-8") as f:
+            page = f.read()
+        self.assertNotIn("x$<b>", page, "the name is escaped")
+        self.assertIn("evil$\\frac{x$&lt;b&gt;", page)
+
     def test_no_records_is_one_line_and_exit_2(self):
         os.makedirs(self.path("empty"))
         for args in ([self.path("empty")], [self.path("missing")]):
