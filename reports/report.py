@@ -61,9 +61,44 @@ def record_files(paths):
     return files
 
 
+SCHEMA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "record.schema.json")
+
+
+def record_validator(warnings):
+    """The validator of docs/record.schema.json, or None (with a warning)
+    where this Python has no jsonschema (Debian: python3-jsonschema)."""
+    try:
+        import jsonschema
+    except ImportError:
+        warnings.append("records not validated against docs/record.schema.json: this Python has no jsonschema "
+                        "(Debian: apt install python3-jsonschema)")
+        return None
+    try:
+        with open(SCHEMA_FILE, encoding="utf-8") as f:
+            schema = json.load(f)
+    except OSError as error:
+        warnings.append(f"records not validated: cannot read {SCHEMA_FILE} ({error.strerror})")
+        return None
+    return jsonschema.Draft202012Validator(schema)
+
+
+def schema_problem(validator, record):
+    """Why `record` does not follow the schema (one line), or None."""
+    if validator is None:
+        return None
+    import jsonschema
+    error = jsonschema.exceptions.best_match(validator.iter_errors(record))
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path) or "the record"
+    return f"{where}: {error.message[:200]}"
+
+
 def read_records(paths, warnings):
-    """Every record under `paths`; a torn last line (a killed run) and
-    unreadable lines are reported in `warnings` and skipped."""
+    """Every record under `paths`; a torn last line (a killed run), unreadable
+    lines and records that do not follow docs/record.schema.json are reported
+    in `warnings` and skipped."""
+    validator = record_validator(warnings)
     files = record_files(paths)
     if not files:
         raise BadInput(f"no records: no *.jsonl file under {', '.join(paths)} (write them with flashcheck run "
@@ -98,6 +133,10 @@ def read_records(paths, warnings):
                                f"{' or '.join(map(str, READABLE_SCHEMAS))} "
                                "(records from another flashcheck version: re-run them, or report them with "
                                "that version)")
+            problem = schema_problem(validator, record)
+            if problem:
+                warnings.append(f"{path}:{number}: does not follow docs/record.schema.json ({problem}); skipped")
+                continue
             record["_file"] = path
             normalise_verdict(record)
             records.append(record)

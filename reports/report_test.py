@@ -164,6 +164,39 @@ class Report(unittest.TestCase):
         self.assertNotIn("x$<b>", page, "the name is escaped")
         self.assertIn("evil$\\frac{x$&lt;b&gt;", page)
 
+    def test_every_kind_of_record_follows_the_schema(self):
+        # Written here: run (a pass, an unsupported case) and a fuzz sweep;
+        # from the H200 testdata: bench timings and ceilings; as the sweep
+        # writes them (fuzz/sweep.cpp record_of): a crash, a timeout, an error.
+        out = self.path("records")
+        os.makedirs(out)
+        for line in ("b=1 hq=2 sq=8 skv=8 d=8 dtype=f16", "b=1 hq=2 sq=8 skv=8 d=800 dtype=f16"):
+            subprocess.run([BINARY, "run", "-s", "cpu-plain", "-p", line, "--record", os.path.join(out, "run.jsonl")],
+                           capture_output=True, timeout=120)
+        sweep = subprocess.run([BINARY, "fuzz", "-s", "cpu-plain", "--cases", "5", "--seed", "3", "--out",
+                                os.path.join(out, "sweep")], capture_output=True, text=True, timeout=300)
+        self.assertEqual(sweep.returncode, 0, sweep.stderr)
+        problem = "b=1 hq=2 hkv=2 sq=8 skv=8 d=8 dv=8 dtype=f16"
+        planted = [dict(schema=3, verdict=v, check=v, message=m, case=f"3:{n}", subject="cpu-plain", problem=problem,
+                        reproducer=f"flashcheck run --subject cpu-plain --problem '{problem}'")
+                   for n, (v, m) in enumerate((("crash", "worker killed by signal 11 (Segmentation fault)"),
+                                               ("timeout", "no answer within the 60 s watchdog"),
+                                               ("error", "the worker wrote a line that is not JSON")))]
+        save(os.path.join(out, "planted.jsonl"), planted)
+        run = report(out, ACCURACY, BENCH, "-o", self.path("out"))
+        self.assertEqual(run.returncode, 0, run.stderr)
+        if "has no jsonschema" in run.stderr:
+            self.skipTest("the report's Python has no jsonschema: records are not validated there")
+        self.assertNotIn("does not follow", run.stderr)
+        with open(os.path.join(self.path("out"), "summary.json"), encoding="utf-8") as f:
+            summary = json.load(f)
+        self.assertGreaterEqual(sum(s["cases"] for s in summary["subjects"] if s["subject"] == "cpu-plain"), 6)
+        # And a record that breaks the contract is named and left out.
+        broken = dict(planted[0], verdict="maybe")
+        save(os.path.join(out, "planted.jsonl"), planted + [broken])
+        run = report(out, "-o", self.path("out2"))
+        self.assertIn("planted.jsonl:4: does not follow docs/record.schema.json (verdict:", run.stderr)
+
     def test_no_records_is_one_line_and_exit_2(self):
         os.makedirs(self.path("empty"))
         for args in ([self.path("empty")], [self.path("missing")]):
