@@ -18,10 +18,9 @@
 #include <vector>
 
 #include "core/subject.hpp"
+#include "external/protocol.hpp"
 
 namespace flashcheck::external {
-
-inline constexpr int kProtocolVersion = 1;
 
 /// How to start one worker, and the subject name it serves.
 struct WorkerSpec {
@@ -31,15 +30,6 @@ struct WorkerSpec {
   double startup_seconds = 300;  // start-up and handshake deadline
   double watchdog_seconds = 0;   // per case; 0: 30 s + 1 s per 1e8 multiply-adds
 };
-
-/// The protocol's JSON form of a domain, and back. from_json throws
-/// std::runtime_error naming the key on an unknown key or a bad value;
-/// `deviations` receives the text that Capabilities::known_deviations views.
-nlohmann::json to_json(const Capabilities& caps);
-Capabilities capabilities_from_json(const nlohmann::json& json, std::string& deviations);
-
-/// The problem's fields as the protocol sends them beside its line.
-nlohmann::json problem_fields(const Problem& problem);
 
 class WorkerClient;
 
