@@ -20,6 +20,7 @@
 #include "core/values.hpp"  // generate_inputs
 #include "core/problem.hpp"
 #include "generators/generators.hpp"
+#include "properties/cli_runner.hpp"
 
 namespace flashcheck {
 namespace {
@@ -236,13 +237,9 @@ RC_GTEST_PROP(ProblemLine, ThroughTheCliAnInvalidLineGivesOneLineAndExitTwo, ())
   const auto problems = dir / "line.problems";
   std::ofstream(problems, std::ios::binary) << line << "\n";
   const auto run = [&](const std::string& problem_args) {
-    const std::string command = fmt::format("timeout 60 {} run -s smoke-cpu-lowp {} >/dev/null 2>{} </dev/null",
-                                            FLASHCHECK_BINARY, problem_args, (dir / "err").string());
-    const int status = std::system(command.c_str());
-    std::ifstream file(dir / "err", std::ios::binary);
-    std::stringstream err;
-    err << file.rdbuf();
-    return std::pair{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), err.str()};
+    const testing_cli::Outcome outcome =
+        testing_cli::run_binary(FLASHCHECK_BINARY, "run -s smoke-cpu-lowp " + problem_args, dir, "", 60);
+    return std::pair{outcome.exit_code, outcome.err};
   };
   const auto [file_code, file_err] = run("--problems " + problems.string());
   // argv carries no NUL, and one argument at most 128 KiB.

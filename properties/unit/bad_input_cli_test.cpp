@@ -13,13 +13,14 @@
 #include <sstream>
 #include <string>
 
+#include "properties/cli_runner.hpp"
+
 namespace flashcheck {
 namespace {
 
-struct Outcome {
-  int exit_code = -1;
-  std::string out, err;
-};
+using testing_cli::count_lines;
+using testing_cli::Outcome;
+using testing_cli::slurp;
 
 // A scratch folder per test, removed when the test leaves.
 class BadInputCliTest : public testing::Test {
@@ -32,30 +33,10 @@ class BadInputCliTest : public testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  static std::string slurp(const std::filesystem::path& path) {
-    std::ifstream file(path, std::ios::binary);
-    std::stringstream text;
-    text << file.rdbuf();
-    return text.str();
-  }
-
-  // Runs flashcheck with the given (shell-quoted) arguments under a time
-  // limit, after `shell_prefix` (e.g. a ulimit).
+  // Runs flashcheck with the given (shell-quoted) arguments, after
+  // `shell_prefix` (e.g. a ulimit).
   Outcome flashcheck(const std::string& args, const std::string& shell_prefix = "") const {
-    const std::string command = shell_prefix + "timeout 120 " FLASHCHECK_BINARY " " + args + " >" + (dir_ / "out").string() +
-                                " 2>" + (dir_ / "err").string() + " </dev/null";
-    const int status = std::system(command.c_str());
-    Outcome outcome;
-    outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    outcome.out = slurp(dir_ / "out");
-    outcome.err = slurp(dir_ / "err");
-    return outcome;
-  }
-
-  static int count_lines(const std::string& text) {
-    int lines = 0;
-    for (char c : text) lines += c == '\n';
-    return lines;
+    return testing_cli::run_binary(FLASHCHECK_BINARY, args, dir_, shell_prefix);
   }
 
   // One line on stderr, exit code 2, the fragment in it.

@@ -12,14 +12,14 @@
 #include <string>
 
 #include "oracles/kokkos/kokkos_reference.hpp"
+#include "properties/cli_runner.hpp"
 
 namespace flashcheck {
 namespace {
 
-struct Outcome {
-  int exit_code = -1;
-  std::string out, err;
-};
+using testing_cli::count_lines;
+using testing_cli::Outcome;
+using testing_cli::slurp;
 
 // This process's scratch folders, one per test, removed when the tests end.
 std::filesystem::path scratch_root() {
@@ -41,32 +41,8 @@ class RemoveScratch : public testing::Environment {
 };
 [[maybe_unused]] testing::Environment* const remove_scratch = testing::AddGlobalTestEnvironment(new RemoveScratch);
 
-std::string slurp(const std::filesystem::path& path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
-// Runs flashcheck with the given (shell-quoted) arguments, with a time limit so
-// that a hang fails the test instead of stalling the suite.
-Outcome flashcheck(const std::string& args) {
-  const auto dir = scratch_dir();
-  const std::string command = "timeout 120 " FLASHCHECK_BINARY " " + args + " >" + (dir / "out").string() + " 2>" +
-                              (dir / "err").string() + " </dev/null";
-  const int status = std::system(command.c_str());
-  Outcome outcome;
-  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  outcome.out = slurp(dir / "out");
-  outcome.err = slurp(dir / "err");
-  return outcome;
-}
-
-int count_lines(const std::string& text) {
-  int lines = 0;
-  for (char c : text) lines += c == '\n';
-  return lines;
-}
+// Runs flashcheck with the given (shell-quoted) arguments in this test's scratch folder.
+Outcome flashcheck(const std::string& args) { return testing_cli::run_binary(FLASHCHECK_BINARY, args, scratch_dir()); }
 
 const char* kGqaCausalLine = "b=2 hq=8 hkv=2 sq=128 skv=192 d=64 dtype=bf16 mask=causal_br values=normal(0.5,1) dseed=4";
 

@@ -713,10 +713,9 @@ TEST(BiasRuleTest, TheBaselinesOwnBiasIsAllowed) {
 TEST(BiasRuleTest, NeedsASignificantSample) {
   BiasCase bias_case;
   CaseMetrics truncated = bias_case.subject(toward_zero_bf16);
-  // (Each bias check has its own t and count; both are set alike here.)
   auto set = [&](double t, std::int64_t count) {
-    truncated.o.errors.bias_t = truncated.o.errors.magnitude_t = t;
-    truncated.o.errors.count = truncated.o.errors.magnitude_count = count;
+    truncated.o.errors.bias_t = t;
+    truncated.o.errors.count = count;
   };
   const std::int64_t all = truncated.o.errors.count;
   // The same mean, but |t| at the threshold: not significant.
