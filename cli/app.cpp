@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "cli/commands.hpp"
+#include "flashcheck/cli/commands.hpp"
 
 namespace flashcheck::cli {
 

@@ -6,9 +6,9 @@
 
 #include <string>
 
-#include "cli/commands.hpp"
-#include "core/gpu/device_info.hpp"
-#include "oracles/kokkos/kokkos_reference.hpp"
+#include "flashcheck/cli/commands.hpp"
+#include "flashcheck/core/gpu/device_info.hpp"
+#include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
 
 namespace flashcheck::cli {
 

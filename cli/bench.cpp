@@ -1,9 +1,9 @@
 // `flashcheck bench`: the options; the work is reports/bench.
 #include <fmt/core.h>
 
-#include "cli/commands.hpp"
-#include "cli/progress.hpp"
-#include "reports/bench.hpp"
+#include "flashcheck/cli/commands.hpp"
+#include "flashcheck/cli/progress.hpp"
+#include "flashcheck/reports/bench.hpp"
 
 namespace flashcheck::cli {
 
@@ -13,6 +13,7 @@ void add_bench(CLI::App& app, int& exit_code) {
   auto lines = std::make_shared<std::vector<std::string>>();
   auto file = std::make_shared<std::string>();
   auto no_peer = std::make_shared<bool>(false);
+  auto peer = std::make_shared<std::string>(kDefaultPeer);
   auto* command = app.add_subcommand(
       "bench", "Time subjects on problems: the machine's ceilings first (cuBLAS GEMM, device copy), then CUDA events "
                "around each launch, median/min/max, cuDNN alongside");
@@ -33,7 +34,7 @@ void add_bench(CLI::App& app, int& exit_code) {
                       "Copies of the inputs cycled through (0: enough to exceed twice the L2)")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
-  command->add_flag("--no-peer", *no_peer, "Do not time cuDNN alongside");
+  add_peer(*command, *peer, *no_peer);
   auto require_gpu = std::make_shared<bool>(false);
   add_require_gpu(*command, *require_gpu);
   add_max_memory(*command);
@@ -50,7 +51,7 @@ void add_bench(CLI::App& app, int& exit_code) {
         exit_code = code;
         return;
       }
-    options->with_peer = !*no_peer;
+    options->peer = resolve_peer(*peer, *no_peer);
     // "problem i/n: subject" on stderr while each is timed (a terminal only).
     auto progress = std::make_shared<Progress>(true);
     options->progress = [progress, total = options->problems.size()](std::size_t problem, std::string_view subject) {

@@ -13,14 +13,14 @@
 #include <memory>
 #include <vector>
 
-#include "cli/commands.hpp"
-#include "core/random.hpp"
-#include "core/values.hpp"
-#include "oracles/blas.hpp"
-#include "oracles/cpu_f64.hpp"
-#include "oracles/cpu_lowp.hpp"
-#include "oracles/kokkos/every_row.hpp"
-#include "oracles/kokkos/kokkos_reference.hpp"
+#include "flashcheck/cli/commands.hpp"
+#include "flashcheck/core/random.hpp"
+#include "flashcheck/core/values.hpp"
+#include "flashcheck/oracles/blas.hpp"
+#include "flashcheck/oracles/cpu_f64.hpp"
+#include "flashcheck/oracles/cpu_lowp.hpp"
+#include "flashcheck/judge/every_row.hpp"
+#include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
 
 namespace flashcheck::cli {
 namespace {

@@ -6,8 +6,8 @@
 
 #include <memory>
 
-#include "cli/commands.hpp"
-#include "external/subject.hpp"
+#include "flashcheck/cli/commands.hpp"
+#include "flashcheck/external/subject.hpp"
 
 namespace flashcheck::cli {
 

@@ -8,8 +8,8 @@
 #include <memory>
 #include <stdexcept>
 
-#include "cli/commands.hpp"
-#include "fuzz/fuzz.hpp"
+#include "flashcheck/cli/commands.hpp"
+#include "flashcheck/fuzz/fuzz.hpp"
 
 namespace flashcheck::cli {
 

@@ -7,10 +7,10 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "cli/commands.hpp"
-#include "core/gpu/device_info.hpp"
-#include "core/subject.hpp"
-#include "external/subject.hpp"
+#include "flashcheck/cli/commands.hpp"
+#include "flashcheck/core/gpu/device_info.hpp"
+#include "flashcheck/core/subject.hpp"
+#include "flashcheck/external/subject.hpp"
 
 namespace flashcheck::cli {
 

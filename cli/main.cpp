@@ -4,7 +4,7 @@
 #include <exception>
 #include <string_view>
 
-#include "cli/commands.hpp"
+#include "flashcheck/cli/commands.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"flashcheck: differential testing and numerical verification of FlashAttention kernels"};

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "cli/commands.hpp"
+#include "flashcheck/cli/commands.hpp"
 
 namespace flashcheck::cli {
 

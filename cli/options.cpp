@@ -1,4 +1,4 @@
-#include "cli/options.hpp"
+#include "flashcheck/cli/options.hpp"
 
 #include <fmt/core.h>
 

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "cli/commands.hpp"
+#include "flashcheck/cli/commands.hpp"
 
 namespace flashcheck::cli {
 
@@ -63,6 +63,25 @@ std::vector<Subject*> resolve_subjects(const std::vector<std::string>& names, bo
     subjects.push_back(subject);
   }
   return subjects;
+}
+
+void add_peer(CLI::App& command, std::string& name, bool& none) {
+  command.add_option("--peer", name,
+                     "The subject compared with on every half-precision case: its errors beside the subject's,\n"
+                     "its time beside the subject's in bench")
+      ->type_name("NAME")
+      ->capture_default_str();
+  command.add_flag("--no-peer", none,
+                   "Compare with no peer: under compute-sanitizer, say, so that its findings are the subject's own");
+}
+
+Subject* resolve_peer(const std::string& name, bool none) {
+  if (none) return nullptr;
+  ensure_external_registered();
+  if (Subject* peer = Registry::instance().find(name)) return peer;
+  if (name == kDefaultPeer) return nullptr;  // not built in (a CPU build): no peer, as --no-peer
+  const std::string shown = name.size() <= 80 ? name : name.substr(0, 80) + "...";
+  throw std::invalid_argument(fmt::format("--peer: unknown subject '{}' (flashcheck list shows them)", shown));
 }
 
 void print_subject_stats() {

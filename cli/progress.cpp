@@ -1,4 +1,4 @@
-#include "cli/progress.hpp"
+#include "flashcheck/cli/progress.hpp"
 
 #include <sys/ioctl.h>
 #include <unistd.h>

@@ -10,7 +10,7 @@
 #include <optional>
 #include <stdexcept>
 
-#include "cli/commands.hpp"
+#include "flashcheck/cli/commands.hpp"
 
 namespace flashcheck::cli {
 

@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "cli/commands.hpp"
-#include "cli/progress.hpp"
-#include "core/record.hpp"
-#include "core/subject.hpp"
-#include "core/values.hpp"
-#include "oracles/judge.hpp"
-#include "oracles/kokkos/kokkos_reference.hpp"
+#include "flashcheck/cli/commands.hpp"
+#include "flashcheck/cli/progress.hpp"
+#include "flashcheck/core/record.hpp"
+#include "flashcheck/core/subject.hpp"
+#include "flashcheck/core/values.hpp"
+#include "flashcheck/judge/judge.hpp"
+#include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
 
 namespace flashcheck::cli {
 namespace {
@@ -109,7 +109,7 @@ int run_cases(const RunOptions& options) {
 
   JudgeOptions judge_options;
   judge_options.max_rows = options.max_rows;
-  judge_options.with_peer = !options.no_peer;
+  judge_options.peer = resolve_peer(options.peer, options.no_peer);
   judge_options.keep_outputs = options.kokkos;
   judge_options.every_row = judge_every_row_option(options.every_row);
   if (options.kokkos && !kokkos_available())
@@ -228,9 +228,7 @@ void add_run(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))
       ->capture_default_str();
   command->add_flag("-q,--quiet", options->quiet, "One line per passing case (a failure is printed whole)");
-  command->add_flag("--no-peer", options->no_peer,
-                    "Do not run the peer (cuDNN) beside the subject: under compute-sanitizer, so that its\n"
-                    "findings are the subject's own");
+  add_peer(*command, options->peer, options->no_peer);
   command->add_flag("--kokkos", options->kokkos,
                     "Also triangulate: the subject against the Kokkos reference, and cpu_f64 against it, on the\n"
                     "checked rows (to tell a subject's bug from an oracle's)");

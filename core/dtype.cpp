@@ -1,4 +1,4 @@
-#include "core/dtype.hpp"
+#include "flashcheck/core/dtype.hpp"
 
 #include <bit>
 #include <cmath>

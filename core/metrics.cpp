@@ -1,4 +1,4 @@
-#include "core/metrics.hpp"
+#include "flashcheck/core/metrics.hpp"
 
 #include <algorithm>
 #include <cmath>

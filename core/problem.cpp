@@ -1,4 +1,4 @@
-#include "core/problem.hpp"
+#include "flashcheck/core/problem.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

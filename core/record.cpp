@@ -1,4 +1,4 @@
-#include "core/record.hpp"
+#include "flashcheck/core/record.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "core/subject.hpp"
+#include "flashcheck/core/subject.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

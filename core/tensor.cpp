@@ -1,11 +1,11 @@
-#include "core/tensor.hpp"
+#include "flashcheck/core/tensor.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
 
-#include "core/random.hpp"
+#include "flashcheck/core/random.hpp"
 
 namespace flashcheck {
 

@@ -1,4 +1,4 @@
-#include "core/tolerance.hpp"
+#include "flashcheck/core/tolerance.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "core/values.hpp"
+#include "flashcheck/core/values.hpp"
 
 #include <omp.h>
 
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "core/random.hpp"
+#include "flashcheck/core/random.hpp"
 
 namespace flashcheck {
 namespace {

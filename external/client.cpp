@@ -1,5 +1,5 @@
 // The worker client's helpers (client.hpp).
-#include "external/client.hpp"
+#include "flashcheck/external/client.hpp"
 
 #include <fstream>
 

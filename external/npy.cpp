@@ -1,4 +1,4 @@
-#include "external/npy.hpp"
+#include "flashcheck/external/npy.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

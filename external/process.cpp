@@ -1,4 +1,4 @@
-#include "external/process.hpp"
+#include "flashcheck/external/process.hpp"
 
 #include <fcntl.h>
 #include <poll.h>

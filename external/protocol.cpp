@@ -1,5 +1,5 @@
 // The worker protocol's JSON: Capabilities and problems (protocol.hpp).
-#include "external/protocol.hpp"
+#include "flashcheck/external/protocol.hpp"
 
 #include <fmt/format.h>
 

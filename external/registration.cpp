@@ -8,7 +8,7 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "external/subject.hpp"
+#include "flashcheck/external/subject.hpp"
 
 namespace flashcheck::external {
 

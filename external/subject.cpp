@@ -1,4 +1,4 @@
-#include "external/subject.hpp"
+#include "flashcheck/external/subject.hpp"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -7,9 +7,9 @@
 
 #include <algorithm>
 #include <stdexcept>
-#include "core/dtype.hpp"
-#include "external/client.hpp"
-#include "external/npy.hpp"
+#include "flashcheck/core/dtype.hpp"
+#include "flashcheck/external/client.hpp"
+#include "flashcheck/external/npy.hpp"
 
 namespace flashcheck::external {
 

@@ -22,10 +22,10 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/record.hpp"
-#include "fuzz/fuzz.hpp"
-#include "fuzz/sweep_parts.hpp"
-#include "oracles/judge.hpp"
+#include "flashcheck/core/record.hpp"
+#include "flashcheck/fuzz/fuzz.hpp"
+#include "flashcheck/fuzz/sweep_parts.hpp"
+#include "flashcheck/judge/judge.hpp"
 
 namespace flashcheck::fuzz::detail {
 

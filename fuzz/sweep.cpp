@@ -23,13 +23,13 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "core/problem.hpp"
-#include "core/record.hpp"
-#include "core/subject.hpp"
-#include "fuzz/fuzz.hpp"
-#include "fuzz/sweep_parts.hpp"
-#include "oracles/judge.hpp"
-#include "generators/generators.hpp"
+#include "flashcheck/core/problem.hpp"
+#include "flashcheck/core/record.hpp"
+#include "flashcheck/core/subject.hpp"
+#include "flashcheck/fuzz/fuzz.hpp"
+#include "flashcheck/fuzz/sweep_parts.hpp"
+#include "flashcheck/judge/judge.hpp"
+#include "flashcheck/generators/generators.hpp"
 
 namespace flashcheck::fuzz {
 

@@ -7,9 +7,9 @@
 #include <iostream>
 #include <string>
 
-#include "core/record.hpp"
-#include "fuzz/fuzz.hpp"
-#include "oracles/judge.hpp"
+#include "flashcheck/core/record.hpp"
+#include "flashcheck/fuzz/fuzz.hpp"
+#include "flashcheck/judge/judge.hpp"
 
 namespace flashcheck::fuzz {
 

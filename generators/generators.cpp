@@ -1,4 +1,4 @@
-#include "generators/generators.hpp"
+#include "flashcheck/generators/generators.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "oracles/cpu_f64.hpp"
+#include "flashcheck/oracles/cpu_f64.hpp"
 
 #include <omp.h>
 
@@ -7,8 +7,8 @@
 #include <limits>
 #include <vector>
 
-#include "oracles/blas.hpp"
-#include "oracles/exp_f64.hpp"
+#include "flashcheck/oracles/blas.hpp"
+#include "flashcheck/oracles/exp_f64.hpp"
 
 namespace flashcheck {
 namespace {

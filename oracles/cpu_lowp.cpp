@@ -1,4 +1,4 @@
-#include "oracles/cpu_lowp.hpp"
+#include "flashcheck/oracles/cpu_lowp.hpp"
 
 #include <omp.h>
 
@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "oracles/blas.hpp"
+#include "flashcheck/oracles/blas.hpp"
 
 namespace flashcheck {
 namespace {

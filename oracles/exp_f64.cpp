@@ -1,4 +1,4 @@
-#include "oracles/exp_f64.hpp"
+#include "flashcheck/oracles/exp_f64.hpp"
 
 #include <bit>
 #include <algorithm>

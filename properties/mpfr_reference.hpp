@@ -3,8 +3,8 @@
 // so the result is exact to far below f64 resolution.
 #pragma once
 
-#include "core/problem.hpp"
-#include "core/tensor.hpp"
+#include "flashcheck/core/problem.hpp"
+#include "flashcheck/core/tensor.hpp"
 
 namespace flashcheck {
 

@@ -13,9 +13,9 @@
 #include <limits>
 #include <numeric>
 
-#include "core/values.hpp"
-#include "oracles/cpu_f64.hpp"
-#include "generators/generators.hpp"
+#include "flashcheck/core/values.hpp"
+#include "flashcheck/oracles/cpu_f64.hpp"
+#include "flashcheck/generators/generators.hpp"
 
 namespace flashcheck {
 namespace {

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "core/values.hpp"  // generate_inputs
-#include "core/problem.hpp"
-#include "generators/generators.hpp"
+#include "flashcheck/core/values.hpp"  // generate_inputs
+#include "flashcheck/core/problem.hpp"
+#include "flashcheck/generators/generators.hpp"
 #include "properties/cli_runner.hpp"
 
 namespace flashcheck {

@@ -13,9 +13,9 @@
 #include <map>
 #include <sstream>
 
-#include "core/values.hpp"
-#include "oracles/judge.hpp"
-#include "generators/generators.hpp"
+#include "flashcheck/core/values.hpp"
+#include "flashcheck/judge/judge.hpp"
+#include "flashcheck/generators/generators.hpp"
 #include "properties/testbed.hpp"
 
 namespace flashcheck {

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/subject.hpp"
+#include "flashcheck/core/subject.hpp"
 
 namespace flashcheck {
 

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "core/gpu/device_info.hpp"
-#include "core/subject.hpp"
+#include "flashcheck/core/gpu/device_info.hpp"
+#include "flashcheck/core/subject.hpp"
 #include "properties/ctest_resources.hpp"
 #include "properties/subject_properties.hpp"
 

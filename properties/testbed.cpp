@@ -9,7 +9,7 @@
 #include <numeric>
 #include <optional>
 
-#include "oracles/cpu_lowp.hpp"
+#include "flashcheck/oracles/cpu_lowp.hpp"
 
 namespace flashcheck {
 

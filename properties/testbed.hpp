@@ -15,11 +15,11 @@
 #include <string_view>
 #include <vector>
 
-#include "core/problem.hpp"
-#include "core/subject.hpp"
-#include "core/tensor.hpp"
-#include "core/tolerance.hpp"
-#include "oracles/judge.hpp"
+#include "flashcheck/core/problem.hpp"
+#include "flashcheck/core/subject.hpp"
+#include "flashcheck/core/tensor.hpp"
+#include "flashcheck/core/tolerance.hpp"
+#include "flashcheck/judge/judge.hpp"
 
 namespace flashcheck {
 

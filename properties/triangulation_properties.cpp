@@ -4,10 +4,10 @@
 #include <limits>
 #include <numeric>
 
-#include "core/values.hpp"
-#include "oracles/cpu_f64.hpp"
-#include "oracles/kokkos/kokkos_reference.hpp"
-#include "generators/generators.hpp"
+#include "flashcheck/core/values.hpp"
+#include "flashcheck/oracles/cpu_f64.hpp"
+#include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
+#include "flashcheck/generators/generators.hpp"
 #include "properties/gtest_prop.hpp"
 #include "properties/mpfr_reference.hpp"
 

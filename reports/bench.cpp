@@ -1,7 +1,7 @@
 // The bench: ceilings first, then every (problem, subject) pair timed the same
 // way (CUDA events around each launch, warm-up, a rotation over input copies
 // larger than L2, median with min and max), printed and recorded.
-#include "reports/bench.hpp"
+#include "flashcheck/reports/bench.hpp"
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -12,11 +12,11 @@
 #include <memory>
 #include <optional>
 
-#include "core/gpu/device_info.hpp"
-#include "core/record.hpp"
-#include "core/values.hpp"
+#include "flashcheck/core/gpu/device_info.hpp"
+#include "flashcheck/core/record.hpp"
+#include "flashcheck/core/values.hpp"
 #ifdef FLASHCHECK_HAVE_CUDA
-#include "reports/ceilings.hpp"
+#include "flashcheck/reports/ceilings.hpp"
 #endif
 
 namespace flashcheck::reports {
@@ -71,15 +71,14 @@ int run_bench(const BenchOptions& options) {
     records->write(record);
   }
 
-  // cuDNN, timed beside every subject where it is registered and not asked for.
-  Subject* peer = nullptr;
-  if (options.with_peer)
-    if (Subject* cudnn = Registry::instance().find("cudnn");
-        cudnn && std::find(options.subjects.begin(), options.subjects.end(), cudnn) == options.subjects.end())
-      peer = cudnn;
+  // The peer, timed first on every problem (beside the subjects, or as one of them).
+  Subject* const peer = options.peer;
+  const bool peer_added =
+      peer && std::find(options.subjects.begin(), options.subjects.end(), peer) == options.subjects.end();
+  const std::string peer_column = peer ? fmt::format("x{}", peer->name()) : std::string("xpeer");
 
   fmt::print("\n{:<22} {:>9} {:>8} {:>8} {:>8} {:>6} {:>7} {:>6} {:>7} {:>4}  {}\n", "subject", "median ms", "min",
-             "max", "TFLOP/s", "%GEMM", "GB/s", "%copy", "xcuDNN", "sets", "problem");
+             "max", "TFLOP/s", "%GEMM", "GB/s", "%copy", peer_column.substr(0, 7), "sets", "problem");
   int timed = 0, failed = 0;
   const auto progress = [&options](std::size_t index, std::string_view subject) {
     if (options.progress) options.progress(index, subject);
@@ -90,13 +89,13 @@ int run_bench(const BenchOptions& options) {
     const bool decode = p.seqlen_q <= kDecodeMaxQueries;
     const double gemm = p.dtype == DType::f32 ? ceilings.gemm_f32_tflops : ceilings.gemm_bf16_tflops;
     std::vector<Subject*> order;
-    if (peer && !unsupported_reason(peer->capabilities(), p)) order.push_back(peer);
+    if (peer_added && !unsupported_reason(peer->capabilities(), p)) order.push_back(peer);
     order.insert(order.end(), options.subjects.begin(), options.subjects.end());
-    // cuDNN first, so that every subject after it is compared with it.
-    std::stable_partition(order.begin(), order.end(), [](const Subject* s) { return s->name() == "cudnn"; });
-    std::optional<double> cudnn_ms;
+    // The peer first, so that every subject after it is compared with it.
+    std::stable_partition(order.begin(), order.end(), [peer](const Subject* s) { return s == peer; });
+    std::optional<double> peer_ms;
     for (Subject* subject : order) {
-      const bool is_peer = subject == peer;
+      const bool is_peer = peer_added && subject == peer;
       std::string why;
       if (auto reason = unsupported_reason(subject->capabilities(), p)) why = "outside its domain: " + *reason;
       if (auto reason = unavailable_reason(subject->capabilities()); reason && why.empty()) {
@@ -129,12 +128,12 @@ int run_bench(const BenchOptions& options) {
       const double ms = row.timing.median_ms;
       const double tflops = attention_flops(p) / (ms * 1e-3) / 1e12;
       const double gbps = p.storage_bytes() / (ms * 1e-3) / 1e9;  // every tensor moved once
-      if (subject->name() == "cudnn") cudnn_ms = ms;
-      const double vs_cudnn = cudnn_ms ? *cudnn_ms / ms : 0;  // 0: cuDNN not timed on this problem
+      if (subject == peer) peer_ms = ms;
+      const double vs_peer = peer_ms ? *peer_ms / ms : 0;  // 0: the peer not timed on this problem
       fmt::print("{:<22} {:>9.3f} {:>8.3f} {:>8.3f} {:>8.1f} {:>5.0f}% {:>7.0f} {:>5.0f}% {:>7} {:>4}  {}\n",
                  row.subject + (is_peer ? " (peer)" : ""), ms, row.timing.min_ms, row.timing.max_ms, tflops,
                  100 * tflops / gemm, gbps, 100 * gbps / ceilings.copy_gbps,
-                 vs_cudnn > 0 ? fmt::format("{:.2f}", vs_cudnn) : "-", row.input_sets, to_line(p));
+                 vs_peer > 0 ? fmt::format("{:.2f}", vs_peer) : "-", row.input_sets, to_line(p));
       ++timed;
       if (!records) continue;
       nlohmann::json record = {{"schema", kRecordSchema},
@@ -159,14 +158,17 @@ int run_bench(const BenchOptions& options) {
                                {"input_sets", row.input_sets},
                                {"device", ceilings.device},
                                {"time", now()}};
-      if (vs_cudnn > 0) record["speed_vs_cudnn"] = vs_cudnn;
+      if (vs_peer > 0) {
+        record["speed_vs_peer"] = vs_peer;
+        record["peer_subject"] = std::string(peer->name());
+      }
       records->write(record);
     }
   }
   fmt::print("\n%GEMM: of the measured cuBLAS GEMM of the problem's class (bf16 for f16/bf16, f32 without TF32 for "
-             "f32); %copy: of the measured device copy (the ceiling of decode, sq <= {}); xcuDNN: cuDNN's time over "
-             "the subject's on the same problem (above 1: faster than cuDNN)\n",
-             kDecodeMaxQueries);
+             "f32); %copy: of the measured device copy (the ceiling of decode, sq <= {}); {}: the peer's time over "
+             "the subject's on the same problem (above 1: faster than the peer)\n",
+             kDecodeMaxQueries, peer_column);
   if (records) fmt::print("records appended to {}\n", records->path());
   if (failed) fmt::print(stderr, "bench: {} timing(s) failed (see above)\n", failed);
   return timed == 0 ? 2 : failed > 0 ? 1 : 0;

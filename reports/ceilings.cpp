@@ -1,4 +1,4 @@
-#include "reports/ceilings.hpp"
+#include "flashcheck/reports/ceilings.hpp"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -11,8 +11,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "core/dtype.hpp"
-#include "core/gpu/runtime.hpp"
+#include "flashcheck/core/dtype.hpp"
+#include "flashcheck/core/gpu/runtime.hpp"
 
 namespace flashcheck::reports {
 

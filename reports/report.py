@@ -575,8 +575,11 @@ def summarise(groups, rows, ceilings, regressions, notes, warnings, inputs, base
                                               relative_rmse_median=g["rel_rmse_median"],
                                               relative_rmse_max=g["rel_rmse_max"]),
                              versions=sorted(g["versions"])))
-    bench = [{k: r.get(k) for k in ("subject", "problem", "dtype", "bound", "median_ms", "min_ms", "max_ms", "tflops",
-                                    "fraction_of_gemm", "gbps", "fraction_of_copy", "speed_vs_cudnn", "input_sets")}
+    bench = [{**{k: r.get(k) for k in ("subject", "problem", "dtype", "bound", "median_ms", "min_ms", "max_ms", "tflops",
+                                       "fraction_of_gemm", "gbps", "fraction_of_copy", "input_sets")},
+              # the peer's time over the subject's (records before the peer was named: cuDNN's)
+              "speed_vs_peer": r.get("speed_vs_peer", r.get("speed_vs_cudnn")),
+              "peer_subject": r.get("peer_subject", "cudnn" if "speed_vs_cudnn" in r else None)}
              for r in sorted(rows, key=lambda r: (r["problem"], r["subject"]))]
     unsupported_only = sorted(f"{g['subject']} ({g['dtype']})" for g in groups.values()
                               if not g["cases"] and not g["unavailable"])
@@ -623,13 +626,13 @@ def markdown(summary, title):
         out += ["", f"Speed on {c.get('device', '?')}: bf16 GEMM {fmt_float(c.get('gemm_bf16_tflops'), '.0f')} TFLOP/s, "
                     f"f32 GEMM {fmt_float(c.get('gemm_f32_tflops'), '.1f')} TFLOP/s, copy "
                     f"{fmt_float(c.get('copy_gbps'), '.0f')} GB/s (measured in the same run).", "",
-                "| problem | subject | median ms | TFLOP/s | % GEMM | GB/s | % copy | × cuDNN |",
+                "| problem | subject | median ms | TFLOP/s | % GEMM | GB/s | % copy | × peer |",
                 "|---|---|---:|---:|---:|---:|---:|---:|"]
         for b in summary["bench"]:
             out.append(f"| `{b['problem']}` | {b['subject']} | {fmt_float(b['median_ms'], '.3f')} | "
                        f"{fmt_float(b['tflops'], '.1f')} | {fmt_float(100 * (b['fraction_of_gemm'] or 0), '.0f')}% | "
                        f"{fmt_float(b['gbps'], '.0f')} | {fmt_float(100 * (b['fraction_of_copy'] or 0), '.0f')}% | "
-                       f"{fmt_float(b.get('speed_vs_cudnn'), '.2f')} |")
+                       f"{fmt_float(b.get('speed_vs_peer'), '.2f')} |")
     return "\n".join(out) + "\n"
 
 
@@ -761,16 +764,16 @@ def html_report(summary, groups, images, title):
         if images.get("bench"):
             parts.append(f"<img alt='speed' src='data:image/png;base64,{images['bench']}'>")
         parts.append("<table><tr><th class='l'>problem</th><th class='l'>subject</th><th>median ms</th><th>min</th>"
-                     "<th>max</th><th>TFLOP/s</th><th>% GEMM</th><th>GB/s</th><th>% copy</th><th>× cuDNN</th></tr>")
+                     "<th>max</th><th>TFLOP/s</th><th>% GEMM</th><th>GB/s</th><th>% copy</th><th>× peer</th></tr>")
         for b in summary["bench"]:
             parts.append(f"<tr><td class='l'>{problem_cell(b['problem'])}</td><td class='l'>{e(b['subject'])}</td>"
                          f"<td>{fmt_float(b['median_ms'], '.3f')}</td><td>{fmt_float(b['min_ms'], '.3f')}</td>"
                          f"<td>{fmt_float(b['max_ms'], '.3f')}</td><td>{fmt_float(b['tflops'], '.1f')}</td>"
                          f"<td>{fmt_float(100 * (b['fraction_of_gemm'] or 0), '.0f')}%</td><td>{fmt_float(b['gbps'], '.0f')}</td>"
                          f"<td>{fmt_float(100 * (b['fraction_of_copy'] or 0), '.0f')}%</td>"
-                         f"<td>{fmt_float(b.get('speed_vs_cudnn'), '.2f')}</td></tr>")
-        parts.append("</table><p>× cuDNN: cuDNN's median time over the subject's on the same problem (above 1: "
-                     "faster than cuDNN).</p>")
+                         f"<td>{fmt_float(b.get('speed_vs_peer'), '.2f')}</td></tr>")
+        parts.append("</table><p>× peer: the peer's median time over the subject's on the same problem (above 1: "
+                     "faster than the peer; the peer is cuDNN unless bench's --peer named another).</p>")
     parts.append("</body></html>")
     return with_contents("\n".join(parts))
 

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "core/gpu/device_info.hpp"
+#include "flashcheck/core/gpu/device_info.hpp"
 
 namespace flashcheck {
 

@@ -1,6 +1,6 @@
 #include <cuda_runtime.h>
 
-#include "core/gpu/device_info.hpp"
+#include "flashcheck/core/gpu/device_info.hpp"
 
 namespace flashcheck {
 

@@ -1,5 +1,5 @@
 // gpu_devices() for builds without CUDA.
-#include "core/gpu/device_info.hpp"
+#include "flashcheck/core/gpu/device_info.hpp"
 
 namespace flashcheck {
 

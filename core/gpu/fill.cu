@@ -1,5 +1,5 @@
 // The one kernel of the runtime: fills a buffer with a 16- or 32-bit pattern.
-#include "core/gpu/runtime.hpp"
+#include "flashcheck/core/gpu/runtime.hpp"
 
 namespace flashcheck::gpu {
 namespace {

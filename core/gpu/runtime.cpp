@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/gpu/runtime.hpp"
+#include "flashcheck/core/gpu/runtime.hpp"
 
 namespace flashcheck::gpu {
 namespace {

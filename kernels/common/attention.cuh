@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "core/gpu/gpu_subject.hpp"
+#include "flashcheck/core/gpu/gpu_subject.hpp"
 
 namespace flashcheck::kernels {
 

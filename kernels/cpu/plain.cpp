@@ -1,4 +1,4 @@
-#include "kernels/cpu/plain.hpp"
+#include "flashcheck/kernels/cpu/plain.hpp"
 
 #include <algorithm>
 #include <bit>

@@ -32,8 +32,8 @@
 // target was 70%); cuDNN 0.486 ms, 4416 GB/s. An earlier run that day (same
 // bench, sm_90a build): B=4 Hq=32 Hkv=8 Sq=4 Skv=8192 causal_br 0.181 ms,
 // cuDNN 0.114 ms.
-#include "kernels/decode/decode.cuh"
-#include "kernels/decode/decode_block.cuh"
+#include "decode/decode.cuh"
+#include "decode/decode_block.cuh"
 
 namespace flashcheck::kernels {
 namespace {

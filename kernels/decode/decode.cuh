@@ -5,7 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "core/gpu/gpu_subject.hpp"
+#include "flashcheck/core/gpu/gpu_subject.hpp"
 
 namespace flashcheck::kernels {
 

@@ -26,7 +26,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/common/attention.cuh"
+#include "common/attention.cuh"
 
 namespace flashcheck::kernels {
 

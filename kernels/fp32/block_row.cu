@@ -23,7 +23,7 @@
 
 #include <cstdint>
 
-#include "kernels/common/attention.cuh"
+#include "common/attention.cuh"
 
 namespace flashcheck::kernels {
 namespace {

@@ -37,8 +37,8 @@
 #include <string>
 #include <thread>
 
-#include "kernels/common/attention.cuh"
-#include "kernels/fp32/cublas_unfused.hpp"
+#include "common/attention.cuh"
+#include "flashcheck/kernels/fp32/cublas_unfused.hpp"
 
 namespace flashcheck::kernels {
 namespace {

@@ -14,7 +14,7 @@
 //   f32 B=4 H=16 N=M=1024 d=64: 9.894 ms, 1.74 TFLOP/s; causal_br 5.652 ms, 1.52 TFLOP/s
 //   f32 B=2 H=16 N=M=2048 d=128: 38.903 ms, 1.77 TFLOP/s
 //   decode f32 B=16 Hq=32 Hkv=8 Sq=1 Skv=8192 d=128: 65.835 ms
-#include "kernels/fp32/fa2_rowthread_kernel.cuh"
+#include "fp32/fa2_rowthread_kernel.cuh"
 
 namespace flashcheck::kernels {
 namespace {

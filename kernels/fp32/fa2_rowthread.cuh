@@ -1,7 +1,7 @@
 // The fa2_rowthread kernel template, shared with its mutants (kernels/mutants/).
 #pragma once
 
-#include "core/gpu/gpu_subject.hpp"
+#include "flashcheck/core/gpu/gpu_subject.hpp"
 
 namespace flashcheck::kernels {
 

@@ -3,8 +3,8 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/common/attention.cuh"
-#include "kernels/fp32/fa2_rowthread.cuh"
+#include "common/attention.cuh"
+#include "fp32/fa2_rowthread.cuh"
 
 namespace flashcheck::kernels {
 

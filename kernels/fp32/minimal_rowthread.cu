@@ -26,7 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/common/attention.cuh"
+#include "common/attention.cuh"
 
 namespace flashcheck::kernels {
 namespace {

@@ -24,7 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/common/attention.cuh"
+#include "common/attention.cuh"
 
 namespace flashcheck::kernels {
 namespace {

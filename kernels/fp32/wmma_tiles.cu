@@ -34,7 +34,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/common/attention.cuh"
+#include "common/attention.cuh"
 
 namespace flashcheck::kernels {
 namespace {

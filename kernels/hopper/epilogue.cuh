@@ -9,8 +9,8 @@
 // A row that saw no key has sum 0: O = 0 and LSE = -inf.
 #pragma once
 
-#include "kernels/hopper/mainloop.cuh"
-#include "kernels/hopper/scheduler.cuh"
+#include "hopper/mainloop.cuh"
+#include "hopper/scheduler.cuh"
 
 namespace flashcheck::kernels::hopper {
 

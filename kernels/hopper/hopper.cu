@@ -36,7 +36,7 @@
 //  d=64 402 (0.76x), d=256 647 (0.92x).
 // ptxas (sm_90a, -O3): 168 registers at the 384-thread launch bound before
 // setmaxnreg; no spills for d = 64 and 128; d = 256 spills 16 bytes.
-#include "kernels/hopper/launch.cuh"
+#include "hopper/launch.cuh"
 
 namespace flashcheck::kernels::hopper {
 namespace {

@@ -10,9 +10,9 @@
 // What each version changed and its measured speed: hopper.cu.
 #pragma once
 
-#include "kernels/hopper/epilogue.cuh"
-#include "kernels/hopper/mainloop.cuh"
-#include "kernels/hopper/scheduler.cuh"
+#include "hopper/epilogue.cuh"
+#include "hopper/mainloop.cuh"
+#include "hopper/scheduler.cuh"
 
 namespace flashcheck::kernels::hopper {
 

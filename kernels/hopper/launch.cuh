@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/hopper/kernel.cuh"
+#include "hopper/kernel.cuh"
 
 namespace flashcheck::kernels::hopper {
 

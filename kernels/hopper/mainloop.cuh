@@ -16,11 +16,11 @@
 
 #include <cuda_bf16.h>
 
-#include "kernels/hopper/hopper_ptx.cuh"
-#include "kernels/hopper/mask.cuh"
-#include "kernels/hopper/scheduler.cuh"
-#include "kernels/hopper/softmax.cuh"
-#include "kernels/hopper/wgmma_ops.cuh"
+#include "hopper/hopper_ptx.cuh"
+#include "hopper/mask.cuh"
+#include "hopper/scheduler.cuh"
+#include "hopper/softmax.cuh"
+#include "hopper/wgmma_ops.cuh"
 
 namespace flashcheck::kernels::hopper {
 

@@ -10,7 +10,7 @@
 //    sequence that TMA filled with zeros (S = 0 there is not -inf).
 #pragma once
 
-#include "kernels/mma/mma_common.cuh"
+#include "mma/mma_common.cuh"
 
 namespace flashcheck::kernels::hopper {
 

@@ -13,7 +13,7 @@
 
 #include <algorithm>
 
-#include "kernels/common/attention.cuh"
+#include "common/attention.cuh"
 
 namespace flashcheck::kernels::hopper {
 

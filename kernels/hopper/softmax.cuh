@@ -9,7 +9,7 @@
 //   to_fragments(S_j)   P_j as the register A operand of the next PV wgmma.
 #pragma once
 
-#include "kernels/mma/mma_common.cuh"
+#include "mma/mma_common.cuh"
 
 namespace flashcheck::kernels::hopper {
 

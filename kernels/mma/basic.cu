@@ -14,7 +14,7 @@
 //   d=128 56.3, d=128 causal_br 54.0, d=64 55.5, d=256 55.2, f16 d=128 56.4.
 //   Registers (ptxas, sm_90a, bf16): 202 (d=128) / 255, 52 B spilled (d=256).
 //   The unswizzled ldmatrix phases serialise 8 ways: a fifth of swizzled's speed.
-#include "kernels/mma/single_stage_kernel.cuh"
+#include "mma/single_stage_kernel.cuh"
 
 namespace flashcheck::kernels::mma {
 namespace {

@@ -27,7 +27,7 @@
 // 55% / 34% / 48% of cuDNN. The issue's targets (350 / 300 / 290 / 300) are
 // not met; docs/perf.md has the measured gap and the reasons (ncu: 255
 // registers, 2 blocks = 8 warps per SM, 37% of issue slots busy).
-#include "kernels/mma/kv_pipelined_kernel.cuh"
+#include "mma/kv_pipelined_kernel.cuh"
 
 namespace flashcheck::kernels::mma {
 namespace {

@@ -2,7 +2,7 @@
 // kernels/mutants/mma_mutants.cu); kv_pipelined.cu's header tells its story.
 #pragma once
 
-#include "kernels/mma/mma_common.cuh"
+#include "mma/mma_common.cuh"
 
 namespace flashcheck::kernels::mma {
 

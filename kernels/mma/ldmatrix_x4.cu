@@ -12,7 +12,7 @@
 //   Registers (ptxas, sm_90a, bf16): 255, 8 B spilled (d=128) / 255, 120 B spilled (d=256).
 //   Within noise of pipelined: halving the ldmatrix count did not move it,
 // the loop is not bound by issuing them.
-#include "kernels/mma/two_stage_kernel.cuh"
+#include "mma/two_stage_kernel.cuh"
 
 namespace flashcheck::kernels::mma {
 namespace {

@@ -29,7 +29,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/common/attention.cuh"
+#include "common/attention.cuh"
 
 namespace flashcheck::kernels::mma {
 

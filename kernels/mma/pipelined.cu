@@ -13,7 +13,7 @@
 //   Registers (ptxas, sm_90a, bf16): 255 (d=128) / 255, 152 B spilled (d=256).
 //   +7% on d=128; slower than swizzled on d=64 and d=256, where the second
 // K/V stage (twice the shared memory) and the registers cost a block per SM.
-#include "kernels/mma/two_stage_kernel.cuh"
+#include "mma/two_stage_kernel.cuh"
 
 namespace flashcheck::kernels::mma {
 namespace {

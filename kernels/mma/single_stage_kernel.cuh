@@ -5,7 +5,7 @@
 // row-major (basic).
 #pragma once
 
-#include "kernels/mma/mma_common.cuh"
+#include "mma/mma_common.cuh"
 
 namespace flashcheck::kernels::mma {
 

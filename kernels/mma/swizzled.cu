@@ -12,7 +12,7 @@
 //   d=128 272.0, d=128 causal_br 251.0, d=64 262.1, d=256 219.6, f16 d=128 272.9.
 //   Registers (ptxas, sm_90a, bf16): 223 (d=128) / 255, 28 B spilled (d=256).
 //   4.8x basic: the bank conflicts were the whole difference.
-#include "kernels/mma/single_stage_kernel.cuh"
+#include "mma/single_stage_kernel.cuh"
 
 namespace flashcheck::kernels::mma {
 namespace {

@@ -5,7 +5,7 @@
 // ldmatrix.x4 (ldmatrix_x4) or one ldmatrix.x2 per mma (pipelined).
 #pragma once
 
-#include "kernels/mma/mma_common.cuh"
+#include "mma/mma_common.cuh"
 
 namespace flashcheck::kernels::mma {
 

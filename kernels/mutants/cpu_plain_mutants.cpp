@@ -2,7 +2,7 @@
 // deliberate flaw each, registered only in test builds. The property suite must
 // catch every one within its default budget (properties/subject_suite.cpp,
 // tests Mutants.*), while passing cpu-plain itself, the control.
-#include "kernels/cpu/plain.hpp"
+#include "flashcheck/kernels/cpu/plain.hpp"
 
 namespace flashcheck {
 namespace {

@@ -1,6 +1,6 @@
 // Mutants of fa2_rowthread (kernels/fp32/): the same kernel with one flaw each,
 // registered only in test builds. The GPU property suite must catch every one.
-#include "kernels/fp32/fa2_rowthread_kernel.cuh"
+#include "fp32/fa2_rowthread_kernel.cuh"
 
 namespace flashcheck::kernels {
 namespace {

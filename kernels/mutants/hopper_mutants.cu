@@ -1,6 +1,6 @@
 // Mutants of the Hopper kernel (kernels/hopper/): the same kernel with one
 // flaw each, over the same domain, registered only in test builds.
-#include "kernels/hopper/launch.cuh"
+#include "hopper/launch.cuh"
 
 namespace flashcheck::kernels::hopper {
 namespace {

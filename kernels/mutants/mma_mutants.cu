@@ -1,7 +1,7 @@
 // Mutants of the flagship kv_pipelined (kernels/mma/): the same kernel with one
 // flaw each, over the same domain, registered only in test builds. The GPU
 // property suite must catch every one.
-#include "kernels/mma/kv_pipelined_kernel.cuh"
+#include "mma/kv_pipelined_kernel.cuh"
 
 namespace flashcheck::kernels::mma {
 namespace {

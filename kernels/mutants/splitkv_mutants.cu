@@ -2,7 +2,7 @@
 // registered only in test builds. The GPU property suite must catch every one.
 #include <memory>
 
-#include "kernels/splitkv/splitkv_kernel.cuh"
+#include "splitkv/splitkv_kernel.cuh"
 
 namespace flashcheck::kernels {
 namespace {

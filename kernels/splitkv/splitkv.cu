@@ -31,7 +31,7 @@
 // should matter most, were not timed yet.
 #include <memory>
 
-#include "kernels/splitkv/splitkv_kernel.cuh"
+#include "splitkv/splitkv_kernel.cuh"
 
 namespace flashcheck::kernels {
 

@@ -5,8 +5,8 @@
 #include <cstddef>
 #include <string_view>
 
-#include "core/gpu/gpu_subject.hpp"
-#include "kernels/decode/decode.cuh"
+#include "flashcheck/core/gpu/gpu_subject.hpp"
+#include "decode/decode.cuh"
 
 namespace flashcheck::kernels {
 

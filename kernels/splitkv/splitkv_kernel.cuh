@@ -7,8 +7,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/decode/decode_block.cuh"
-#include "kernels/splitkv/splitkv.cuh"
+#include "decode/decode_block.cuh"
+#include "splitkv/splitkv.cuh"
 
 namespace flashcheck::kernels {
 

@@ -67,8 +67,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/gpu/gpu_subject.hpp"
-#include "oracles/cudnn/cudnn_sdpa_testing.hpp"
+#include "flashcheck/core/gpu/gpu_subject.hpp"
+#include "flashcheck/oracles/cudnn/cudnn_sdpa_testing.hpp"
 
 namespace flashcheck {
 namespace {

@@ -2,7 +2,7 @@
 // execution space's memory (raw storage copied, then decoded there), the
 // kernel of kokkos_attention.hpp launched on the space asked for, and the
 // results copied back.
-#include "oracles/kokkos/kokkos_reference.hpp"
+#include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <limits>
@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "oracles/kokkos/kokkos_attention.hpp"
+#include "flashcheck/oracles/kokkos/kokkos_attention.hpp"
 
 namespace flashcheck {
 namespace {

@@ -1,7 +1,7 @@
 // The Kokkos reference in a build without Kokkos: it reports itself absent.
 #include <stdexcept>
 
-#include "oracles/kokkos/kokkos_reference.hpp"
+#include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
 
 namespace flashcheck {
 

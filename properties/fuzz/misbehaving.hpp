@@ -2,7 +2,7 @@
 // ones in misbehaving_gpu_subjects.cu): small f32 problems with every mask.
 #pragma once
 
-#include "core/subject.hpp"
+#include "flashcheck/core/subject.hpp"
 
 namespace flashcheck::fixtures {
 

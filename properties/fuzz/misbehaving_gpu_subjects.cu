@@ -9,7 +9,7 @@
 //   misbehave-gpu-race        threads write one shared word with no barrier
 //                             between the writes and a read (racecheck's
 //                             hazard); its output is zeros, so it also fails.
-#include "core/gpu/gpu_subject.hpp"
+#include "flashcheck/core/gpu/gpu_subject.hpp"
 #include "properties/fuzz/misbehaving.hpp"
 
 namespace flashcheck {

@@ -11,7 +11,7 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "core/subject.hpp"
+#include "flashcheck/core/subject.hpp"
 #include "properties/fuzz/misbehaving.hpp"
 
 namespace flashcheck {

@@ -11,11 +11,11 @@
 
 #include <string>
 
-#include "core/gpu/device_info.hpp"
-#include "core/subject.hpp"
-#include "core/values.hpp"
-#include "kernels/fp32/cublas_unfused.hpp"
-#include "oracles/judge.hpp"
+#include "flashcheck/core/gpu/device_info.hpp"
+#include "flashcheck/core/subject.hpp"
+#include "flashcheck/core/values.hpp"
+#include "flashcheck/kernels/fp32/cublas_unfused.hpp"
+#include "flashcheck/judge/judge.hpp"
 
 namespace flashcheck {
 namespace {

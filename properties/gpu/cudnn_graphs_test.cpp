@@ -16,11 +16,11 @@
 #include <fstream>
 #include <string>
 
-#include "core/gpu/device_info.hpp"
-#include "core/subject.hpp"
-#include "core/values.hpp"
-#include "oracles/cudnn/cudnn_sdpa_testing.hpp"
-#include "oracles/judge.hpp"
+#include "flashcheck/core/gpu/device_info.hpp"
+#include "flashcheck/core/subject.hpp"
+#include "flashcheck/core/values.hpp"
+#include "flashcheck/oracles/cudnn/cudnn_sdpa_testing.hpp"
+#include "flashcheck/judge/judge.hpp"
 
 namespace flashcheck {
 namespace {

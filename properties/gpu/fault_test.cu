@@ -4,9 +4,9 @@
 // the process's use of the device.
 #include <gtest/gtest.h>
 
-#include "core/gpu/device_info.hpp"
-#include "core/gpu/gpu_subject.hpp"
-#include "core/values.hpp"
+#include "flashcheck/core/gpu/device_info.hpp"
+#include "flashcheck/core/gpu/gpu_subject.hpp"
+#include "flashcheck/core/values.hpp"
 
 namespace flashcheck {
 namespace {

@@ -15,9 +15,9 @@
 #include <cstring>
 #include <vector>
 
-#include "core/gpu/device_info.hpp"
-#include "core/gpu/runtime.hpp"
-#include "kernels/hopper/launch.cuh"
+#include "flashcheck/core/gpu/device_info.hpp"
+#include "flashcheck/core/gpu/runtime.hpp"
+#include "hopper/launch.cuh"
 
 namespace flashcheck::kernels::hopper {
 namespace {

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "core/gpu/device_info.hpp"
-#include "core/values.hpp"
-#include "oracles/judge.hpp"
+#include "flashcheck/core/gpu/device_info.hpp"
+#include "flashcheck/core/values.hpp"
+#include "flashcheck/judge/judge.hpp"
 #ifdef FLASHCHECK_HAVE_CUDA
-#include "core/gpu/gpu_subject.hpp"
+#include "flashcheck/core/gpu/gpu_subject.hpp"
 #endif
 
 namespace flashcheck {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/commands.hpp"
+#include "flashcheck/cli/commands.hpp"
 
 namespace flashcheck::cli {
 namespace {

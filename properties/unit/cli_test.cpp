@@ -11,7 +11,7 @@
 #include <sstream>
 #include <string>
 
-#include "oracles/kokkos/kokkos_reference.hpp"
+#include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
 #include "properties/cli_runner.hpp"
 
 namespace flashcheck {

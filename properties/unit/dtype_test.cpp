@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.hpp"
-#include "core/random.hpp"
+#include "flashcheck/core/dtype.hpp"
+#include "flashcheck/core/random.hpp"
 
 namespace flashcheck {
 namespace {

@@ -6,8 +6,8 @@
 #include <limits>
 #include <vector>
 
-#include "core/random.hpp"
-#include "oracles/exp_f64.hpp"
+#include "flashcheck/core/random.hpp"
+#include "flashcheck/oracles/exp_f64.hpp"
 
 namespace flashcheck {
 namespace {

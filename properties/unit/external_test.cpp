@@ -12,10 +12,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/values.hpp"
-#include "external/npy.hpp"
-#include "external/subject.hpp"
-#include "oracles/judge.hpp"
+#include "flashcheck/core/values.hpp"
+#include "flashcheck/external/npy.hpp"
+#include "flashcheck/external/subject.hpp"
+#include "flashcheck/judge/judge.hpp"
 
 namespace flashcheck::external {
 namespace {

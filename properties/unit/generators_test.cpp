@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cpu/plain.hpp"
-#include "generators/generators.hpp"
+#include "flashcheck/kernels/cpu/plain.hpp"
+#include "flashcheck/generators/generators.hpp"
 
 namespace flashcheck {
 namespace {

@@ -19,13 +19,13 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.hpp"
-#include "core/metrics.hpp"
-#include "core/problem.hpp"
-#include "core/random.hpp"
-#include "core/record.hpp"
-#include "core/tensor.hpp"
-#include "core/tolerance.hpp"
+#include "flashcheck/core/dtype.hpp"
+#include "flashcheck/core/metrics.hpp"
+#include "flashcheck/core/problem.hpp"
+#include "flashcheck/core/random.hpp"
+#include "flashcheck/core/record.hpp"
+#include "flashcheck/core/tensor.hpp"
+#include "flashcheck/core/tolerance.hpp"
 
 namespace flashcheck {
 namespace {

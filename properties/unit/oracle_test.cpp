@@ -8,12 +8,12 @@
 #include <limits>
 #include <numbers>
 
-#include "core/values.hpp"
-#include "oracles/cpu_f64.hpp"
-#include "oracles/cpu_lowp.hpp"
-#include "oracles/judge.hpp"
-#include "oracles/kokkos/every_row.hpp"
-#include "oracles/kokkos/kokkos_reference.hpp"
+#include "flashcheck/core/values.hpp"
+#include "flashcheck/oracles/cpu_f64.hpp"
+#include "flashcheck/oracles/cpu_lowp.hpp"
+#include "flashcheck/judge/judge.hpp"
+#include "flashcheck/judge/every_row.hpp"
+#include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
 
 namespace flashcheck {
 namespace {

@@ -9,7 +9,7 @@
 #include <limits>
 #include <string>
 
-#include "core/problem.hpp"
+#include "flashcheck/core/problem.hpp"
 
 namespace flashcheck {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "core/subject.hpp"
+#include "flashcheck/core/subject.hpp"
 
 namespace flashcheck {
 namespace {

@@ -8,7 +8,7 @@
 
 #include <limits>
 
-#include "fuzz/sweep_parts.hpp"
+#include "flashcheck/fuzz/sweep_parts.hpp"
 
 namespace flashcheck::fuzz::detail {
 namespace {

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <set>
 
-#include "core/values.hpp"
+#include "flashcheck/core/values.hpp"
 
 namespace flashcheck {
 namespace {

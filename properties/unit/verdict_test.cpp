@@ -6,9 +6,9 @@
 #include <cmath>
 #include <limits>
 
-#include "oracles/cpu_lowp.hpp"
-#include "core/record.hpp"
-#include "oracles/judge.hpp"
+#include "flashcheck/oracles/cpu_lowp.hpp"
+#include "flashcheck/core/record.hpp"
+#include "flashcheck/judge/judge.hpp"
 
 namespace flashcheck {
 namespace {

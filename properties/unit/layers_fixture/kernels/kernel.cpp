@@ -1,2 +1,2 @@
 // A planted violation for the layers check (properties/CMakeLists.txt: layers_catch_a_forbidden_include).
-#include "oracles/reference.hpp"
+#include "flashcheck/oracles/reference.hpp"

@@ -1,0 +1,101 @@
+// Error metrics of one case: per element (absolute, relative, ULP in the output
+// dtype), per case (max, RMSE, percentiles, normwise, bias, histogram) and a
+// NaN/Inf census position by position.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "flashcheck/core/dtype.hpp"
+#include "flashcheck/core/problem.hpp"
+#include "flashcheck/core/tensor.hpp"
+
+namespace flashcheck {
+
+/// Log-scale histogram of |error|: bin 0 holds exact zeros, bin 1 errors in
+/// (0, 1e-16), bin 2+i errors in [1e(i-16), 1e(i-15)) for i = 0..19, and the
+/// last bin errors >= 1e4.
+inline constexpr int kHistogramBins = 23;
+int histogram_bin(double abs_error);
+/// Lower edge of a histogram bin (0 for bin 0).
+double histogram_bin_floor(int bin);
+
+/// Log-scale histogram of the ULP distance in the output dtype: bin 0 holds 0
+/// ulp, bin 1 (0, 2^-8), bin 2+i [2^(i-8), 2^(i-7)) for i = 0..27, and the
+/// last bin 2^20 ulp or more (a sign flip near 0 included).
+inline constexpr int kUlpHistogramBins = 31;
+int ulp_histogram_bin(double ulps);
+
+/// Where an element sits: (batch, head, query row, column); column -1 for LSE.
+struct Position {
+  std::int64_t b = -1, h = -1, row = -1, column = -1;
+};
+
+struct Mismatch {
+  Position at;
+  double got = 0, want = 0, abs_error = 0;
+};
+
+/// Statistics of the element errors of one tensor over the finite pairs.
+struct ErrorStats {
+  std::int64_t count = 0;  // finite pairs compared
+  double max_abs = 0;
+  double max_rel = 0;      // |err| / |ref| over non-zero references
+  double rmse = 0;
+  double p50 = 0, p99 = 0, p999 = 0;  // percentiles of |err|
+  double normwise_rel = 0;            // ||got - ref||_2 / ||ref||_2
+  double max_ulp = 0;                 // in the output dtype (a sign flip near 0 is +inf)
+  double p99_ulp = 0;                 // the typical worst case, robust to such flips
+  double mean_signed = 0;             // mean of got - ref
+  double bias_t = 0;                  // t statistic of mean_signed (|t| > 4: biased)
+  // The same over the pairs whose reference is not 0, of (got - ref) sign(ref):
+  // negative where outputs shrink toward zero (a truncating epilogue), whatever
+  // the signs of the outputs, which mean_signed averages away.
+  std::int64_t magnitude_count = 0;
+  double mean_magnitude = 0;
+  double magnitude_t = 0;
+  double ref_max_abs = 0;             // scale of the reference, for the noise floor
+  double ref_rms = 0;
+  std::array<std::int64_t, kHistogramBins> histogram{};
+  std::array<std::int64_t, kUlpHistogramBins> ulp_histogram{};
+  std::optional<Mismatch> worst;
+};
+
+/// NaN/Inf agreement: every element must be of the same class (finite, NaN,
+/// +Inf, -Inf) in subject and reference.
+struct Census {
+  std::int64_t got_nan = 0, got_pos_inf = 0, got_neg_inf = 0;
+  std::int64_t want_nan = 0, want_pos_inf = 0, want_neg_inf = 0;
+  std::int64_t mismatches = 0;
+  std::optional<Mismatch> first_mismatch;
+};
+
+struct TensorMetrics {
+  ErrorStats errors;
+  Census census;
+  /// Elements whose |err| exceeds `bound` (when one was given), and the first.
+  std::int64_t over_bound = 0;
+  std::optional<Mismatch> first_over_bound;
+};
+
+struct CaseMetrics {
+  TensorMetrics o;
+  TensorMetrics lse;
+  bool has_lse = false;
+  std::int64_t rows_compared = 0;
+};
+
+/// Bounds to count elements against (see TensorMetrics::over_bound).
+struct Bounds {
+  std::optional<double> o, lse;
+};
+
+/// Compares `got` with the reference `want` on the rows both hold (the same
+/// RowSet). Padding rows are skipped. O errors are measured in `out_dtype`
+/// ULPs, LSE in f32 ULPs.
+CaseMetrics compare(const Problem& problem, const AttentionRows& got, const AttentionRows& want, DType out_dtype,
+                    const Bounds& bounds = {});
+
+}  // namespace flashcheck

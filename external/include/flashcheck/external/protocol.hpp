@@ -1,0 +1,24 @@
+// The worker protocol's JSON (docs/external-subjects.md): its version, a
+// domain (Capabilities) and a problem's fields as the handshake and the
+// requests carry them.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "flashcheck/core/subject.hpp"
+
+namespace flashcheck::external {
+
+inline constexpr int kProtocolVersion = 1;
+
+/// The protocol's JSON form of a domain, and back. from_json throws
+/// std::runtime_error naming the key on an unknown key or a bad value;
+/// `deviations` receives the text that Capabilities::known_deviations views.
+nlohmann::json to_json(const Capabilities& caps);
+Capabilities capabilities_from_json(const nlohmann::json& json, std::string& deviations);
+
+/// The problem's fields as the protocol sends them beside its line.
+nlohmann::json problem_fields(const Problem& problem);
+
+}  // namespace flashcheck::external

@@ -1,0 +1,112 @@
+// RapidCheck generators for flashcheck's vocabulary.
+//
+// gen_problem(limits) draws problems over the whole vocabulary, weighted toward
+// the edges (empty and length-1 sequences, GQA/MQA, every mask, windows of 0 and
+// wider than the sequence, padded batches with empty sequences). showValue
+// prints a Problem as its replayable one-line form.
+#pragma once
+
+#include <rapidcheck.h>
+
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "flashcheck/core/problem.hpp"
+#include "flashcheck/core/subject.hpp"
+
+namespace flashcheck {
+
+/// Size limits for generated problems (so no property allocates much).
+struct ProblemLimits {
+  std::int64_t max_batch = 3;
+  std::int64_t max_heads_kv = 3;
+  std::int64_t max_group = 4;
+  std::int64_t max_seqlen = 48;
+  std::int64_t max_head_dim = 80;
+  bool allow_padding = true;
+  bool allow_special_values = true;  // NaN/Inf injection
+};
+
+rc::Gen<Problem> gen_problem(const ProblemLimits& limits);
+rc::Gen<ValueDist> gen_value_dist(bool allow_special_values);
+/// Sequence lengths weighted toward 0, 1, 2 and small primes.
+rc::Gen<std::int64_t> gen_seqlen(std::int64_t max);
+
+/// Limits for problems drawn inside a subject's domain: at most `max_work`
+/// multiply-adds (B*Hq*Sq*Skv*(d+dv)) and 1 GiB of buffers, so a default
+/// property run stays fast and small.
+struct DomainLimits {
+  std::int64_t max_seqlen = 1025;
+  std::int64_t max_head_dim = 256;  // for range domains; listed head dims are always drawn
+  double max_work = 2e7;
+  double max_bytes = 1 << 30;
+  bool allow_special_values = true;
+  /// false (the default): only problems with at least one query row that sees
+  /// a key (visible_rows(p) > 0), so that every case compares something.
+  /// true: only empty or fully masked problems (visible_rows(p) == 0), for the
+  /// property that holds those to the fully-masked convention.
+  bool vacuous_only = false;
+  /// Long contexts at a small rate (about 1 case in 40, where the domain's
+  /// max_seqlen_* allow): decode shapes (seqlen_q <= 16) with up to 262144
+  /// keys, prefill with up to 32768 queries and keys. They ignore max_seqlen
+  /// and max_work (the judge samples their rows: JudgeOptions::max_rows), so
+  /// they stay off in the properties' default budget; the fuzz sweep turns
+  /// them on.
+  bool long_contexts = false;
+  /// Draw from the domain's pool of problems where it declares one
+  /// (Capabilities::geometry_pool): the properties do, so that a subject that
+  /// compiles a program per geometry reuses it; the sweep does not (it draws
+  /// every geometry, and pays for the compilation).
+  bool use_geometry_pool = true;
+};
+
+/// Problems inside `caps`, weighted toward the edges: lengths 0, 1, 2, the
+/// tile sizes +-1, primes (97, 113, 1023, 1025), Sq > Skv and Sq < Skv; GQA
+/// ratios 1, 2, 4, 8 and MQA; every mask, windows of 0 and wider than the
+/// sequence; odd head dims where allowed; padded batches with empty sequences;
+/// every value family, with logit gaps at the exp underflow points of
+/// f16/bf16/f32, the maximum in the last key tile, logits below -5e4.
+rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& limits = {});
+
+/// Query and K/V head counts (heads_q, heads_kv) inside `caps`, the GQA
+/// ratios 1, 2, 4, 8 and MQA drawn evenly (each 1 in 5). With
+/// `grouped_only`, only true grouping (heads_kv < heads_q): the ratios 2, 4, 8
+/// and MQA, each 1 in 4, for properties about grouping. A domain without GQA
+/// gets heads_q == heads_kv (and a discard with `grouped_only`).
+rc::Gen<std::pair<std::int64_t, std::int64_t>> gen_grouped_heads(const Capabilities& caps, bool grouped_only = false);
+
+/// Coverage labels of a problem, one per dimension, for RC_CLASSIFY per
+/// dimension rather than one cross product:
+///   "dtype=bf16", "mask=causal_br", "gqa=1|2|4|8|mqa", "len_q=..", "len_kv=..",
+///   "padded=yes|no", "values=<family>", "scale=default|other"
+/// where a length class is one of 0, 1, tile-1, tile, tile+1, <tile, <4tile,
+/// long (>= 4096) or other (tile taken from the domain's tile_q / tile_kv).
+/// Usage: for (const auto& label : coverage_labels(p, caps)) RC_TAG(label);
+std::vector<std::string> coverage_labels(const Problem& problem, const Capabilities& caps = {});
+
+/// Problems just outside `caps` (one field out of the domain), for the
+/// unsupported path. Discards when the domain has no outside.
+rc::Gen<Problem> gen_problem_outside(const Capabilities& caps);
+
+/// Value distributions for a storage dtype and the dtype the subject computes
+/// in (its range bounds the values), adversarial ones included.
+/// near_overflow keeps |V| * seqlen_kv under half of f32's maximum, the range
+/// of a one-pass softmax's unnormalised accumulator.
+rc::Gen<ValueDist> gen_values_for(DType storage, DType compute, std::int64_t tile_kv, bool allow_special_values,
+                                  std::int64_t seqlen_kv = 2048);
+
+}  // namespace flashcheck
+
+namespace rc {
+template <>
+struct Arbitrary<flashcheck::Problem> {
+  static Gen<flashcheck::Problem> arbitrary() { return flashcheck::gen_problem({}); }
+};
+}  // namespace rc
+
+namespace flashcheck {
+/// RapidCheck prints counterexamples through this: the replayable line.
+inline void showValue(const Problem& problem, std::ostream& os) { os << "'" << to_line(problem) << "'"; }
+}  // namespace flashcheck

@@ -1,0 +1,108 @@
+#include "flashcheck/judge/every_row.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
+
+namespace flashcheck {
+
+CrossCheck cross_check(const Problem& p, const AttentionRows& every, const AttentionRows& sampled) {
+  CrossCheck check;
+  double error_sq = 0, norm_sq = 0;
+  std::int64_t at = 0;  // every.rows is sorted, and so is sampled.rows
+  for (std::int64_t r = 0; r < sampled.rows.size(); ++r) {
+    while (at < every.rows.size() && every.rows.rows[at] < sampled.rows.rows[r]) ++at;
+    if (at == every.rows.size() || every.rows.rows[at] != sampled.rows.rows[r]) {
+      ++check.nonfinite_mismatches;  // a sampled row the every-row reference lacks: never agree
+      continue;
+    }
+    for (std::int64_t b = 0; b < p.batch; ++b)
+      for (std::int64_t h = 0; h < p.heads_q; ++h) {
+        const double want_lse = sampled.lse[sampled.index(b, h, r)], got_lse = every.lse[every.index(b, h, at)];
+        if (std::isfinite(want_lse))
+          check.lse_relative = std::max(check.lse_relative, std::fabs(got_lse - want_lse) / (1 + std::fabs(want_lse)));
+        else if (!(got_lse == want_lse || (std::isnan(got_lse) && std::isnan(want_lse))))
+          ++check.nonfinite_mismatches;
+        const double* want = sampled.o_row(b, h, r);
+        const double* got = every.o_row(b, h, at);
+        for (std::int64_t c = 0; c < p.head_dim_v; ++c) {
+          if (!std::isfinite(want[c]) || !std::isfinite(got[c])) {
+            if (!(got[c] == want[c] || (std::isnan(got[c]) && std::isnan(want[c])))) ++check.nonfinite_mismatches;
+            continue;
+          }
+          error_sq += (got[c] - want[c]) * (got[c] - want[c]);
+          norm_sq += want[c] * want[c];
+        }
+      }
+  }
+  check.o_normwise = norm_sq > 0 ? std::sqrt(error_sq / norm_sq) : std::sqrt(error_sq);
+  return check;
+}
+
+std::optional<EveryRowReference> every_row_reference(const Problem& problem, const Inputs& inputs,
+                                                     const AttentionRows& cpu_sampled) {
+  if (!kokkos_device_available()) return std::nullopt;
+  EveryRowReference result;
+  result.rows = kokkos_reference(problem, inputs, all_rows(problem), Accumulation::f64, {}, KokkosSpace::device);
+  result.check = cross_check(problem, result.rows, cpu_sampled);
+  return result;
+}
+
+bool judge_every_row(CaseResult& result, const Inputs& inputs, const Outputs& subject_outputs,
+                     const AttentionRows& sampled_reference, KokkosSpace space,
+                     const std::optional<std::string>& declared_limit, AttentionRows* every_reference) {
+  const Problem& problem = result.problem;
+  const RowSet every = all_rows(problem);
+  if (!result.ran() || result.rows == every) return false;
+  if (space == KokkosSpace::device ? !kokkos_device_available() : !kokkos_available()) return false;
+  const auto elapsed_ms = [](std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  };
+
+  auto start = std::chrono::steady_clock::now();
+  AttentionRows reference = kokkos_reference(problem, inputs, every, Accumulation::f64, {}, space);
+  result.oracle_ms += elapsed_ms(start);
+  const CrossCheck check = cross_check(problem, reference, sampled_reference);
+  const std::int64_t sampled = result.rows.size();
+  if (!check.agrees()) {
+    result.verdict.pass = false;
+    result.verdict_kind = VerdictKind::fail;
+    result.verdict.rule = fmt::format(
+        "oracles disagree: kokkos_f64 (every row) against cpu_f64 on {} sampled rows: O normwise {:.3g}, LSE {:.3g}, "
+        "{} non-finite position(s) differ (bound 1e-12)",
+        sampled, check.o_normwise, check.lse_relative, check.nonfinite_mismatches);
+    return true;
+  }
+  start = std::chrono::steady_clock::now();
+  const AttentionRows baseline = kokkos_baseline(problem, inputs, every, result.baseline_dtype, space);
+  result.baseline_ms += elapsed_ms(start);
+
+  result.rows = every;
+  add_accumulation(result.condition, problem, every, inputs.v);
+  result.baseline_metrics = compare(problem, baseline, reference, problem.dtype);
+  const Bounds bounds = rule_bounds(result.baseline_metrics, problem.dtype, result.condition);
+  result.subject_metrics = compare(problem, gather_rows(problem, subject_outputs, every), reference, problem.dtype, bounds);
+  result.verdict = decide(result.subject_metrics, result.baseline_metrics, problem.dtype, result.condition);
+  // The kind follows the every-row rule: a failure is a deviation where the
+  // sampled judgement found one or the case reaches a limit the subject
+  // declares. A pass stays vacuous where the sample was (the judge, which
+  // knows the compared rows, decides again).
+  if (!result.verdict.pass && result.verdict_kind != VerdictKind::deviation) {
+    result.verdict_kind = declared_limit ? VerdictKind::deviation : VerdictKind::fail;
+    if (declared_limit) result.deviation = *declared_limit;
+  }
+  if (result.verdict.pass && result.verdict_kind != VerdictKind::vacuous) {
+    result.verdict_kind = VerdictKind::pass;
+    result.deviation.clear();
+  }
+  result.verdict.rule += fmt::format(" [every row: kokkos_f64 and the baseline in Kokkos; cpu_f64 agrees on {} sampled rows]",
+                                     sampled);
+  if (every_reference) *every_reference = std::move(reference);
+  return true;
+}
+
+}  // namespace flashcheck

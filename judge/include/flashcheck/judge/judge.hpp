@@ -1,0 +1,118 @@
+// The judge: runs one case end to end. It draws the inputs, runs the subject,
+// computes the f64 oracle and the same-precision baseline on the same rows,
+// measures both against the oracle and applies the tolerance rule.
+#pragma once
+
+#include <limits>
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "flashcheck/core/metrics.hpp"
+#include "flashcheck/core/subject.hpp"
+#include "flashcheck/core/tolerance.hpp"
+
+namespace flashcheck {
+
+/// Whether the judge checks a case it sampled again on every query row, with
+/// the Kokkos reference and baseline (oracles/kokkos/every_row.hpp).
+enum class EveryRow : std::uint8_t {
+  off,     // the verdict rests on the sampled rows
+  device,  // on the GPU, where a CUDA Kokkos is built in and a GPU is present; elsewhere the
+           // sampled verdict stays and CaseResult::every_row_unavailable says why
+  host,    // on the host's Kokkos (Serial): the same code, slowly; for tests
+};
+std::string_view to_string(EveryRow every_row);
+
+struct JudgeOptions {
+  /// Query rows checked per (batch, head): every row when seqlen_q is at most
+  /// this, otherwise a sample of this size (first/last rows and tile edges always in).
+  std::int64_t max_rows = 1024;
+  std::uint64_t row_seed = 0;
+  /// Keep the subject's outputs in the result (for metamorphic comparisons).
+  bool keep_outputs = false;
+  /// The peer baseline (the CLI gives cuDNN unless --peer names another, or
+  /// --no-peer none): for half-precision problems it runs on the same inputs
+  /// and the case reports err(subject) / err(peer). Not owned; null for none.
+  Subject* peer = nullptr;
+  /// Where max_rows sampled the rows: judge the case again on every row.
+  EveryRow every_row = EveryRow::off;
+};
+
+/// The peer baseline's errors on the same case, against the same oracle.
+struct PeerResult {
+  std::string name, version;
+  CaseMetrics metrics;
+  double o_max_ratio = 0, o_rmse_ratio = 0;  // err(subject) / err(peer)
+};
+
+/// The verdict of a case that ran (CaseResult::status ok).
+enum class VerdictKind : std::uint8_t {
+  pass,       // something was compared, and it held
+  fail,       // outside the tolerance rule
+  vacuous,    // held, but nothing was compared: no compared row sees a key, or no element of O (finite or not)
+  deviation,  // outside the rule, inside a limit the subject declares (CaseResult::deviation says which)
+};
+std::string_view to_string(VerdictKind kind);
+
+/// Everything one case produced.
+struct CaseResult {
+  Problem problem;
+  std::string subject;
+  std::string subject_version;      // libraries behind the subject (cuDNN and frontend versions)
+  Status status = Status::ok;
+  std::string message;              // why it was unsupported or failed to run
+  DType baseline_dtype = DType::f32;
+  RowSet rows;
+  CaseMetrics subject_metrics;      // subject vs cpu_f64
+  CaseMetrics baseline_metrics;     // cpu_lowp vs cpu_f64
+  Verdict verdict;                  // the tolerance rule's checks
+  VerdictKind verdict_kind = VerdictKind::pass;  // the verdict: the rule's, made vacuous or a deviation where it applies
+  std::int64_t rows_visible = 0;    // compared rows (over heads) that see at least one key
+  std::string deviation;            // with VerdictKind::deviation: the declared limit the case reaches
+  LogitCondition condition;         // the floor's logit conditioning, from cpu_f64
+  std::optional<PeerResult> peer;   // with JudgeOptions::peer, when the peer ran
+  std::string every_row_unavailable;  // JudgeOptions::every_row asked, the rows were sampled, it cannot run here: why
+  double inputs_ms = 0, subject_ms = 0, oracle_ms = 0, baseline_ms = 0;
+  double subject_reported_ms = std::numeric_limits<double>::quiet_NaN();  // the subject's own time (RunResult::time_ms)
+  Outputs outputs;                  // with JudgeOptions::keep_outputs
+  AttentionRows reference;          // with JudgeOptions::keep_outputs
+
+  bool ran() const { return status == Status::ok; }
+  /// Whether the verdict rests on every query row (the sample was every row,
+  /// or the every-row judgement ran) rather than on sampled rows.
+  bool on_every_row() const { return rows.size() == problem.seqlen_q; }
+  /// Ran and passed with something compared (vacuous and deviation are not passes).
+  bool passed() const { return ran() && verdict_kind == VerdictKind::pass; }
+  /// Ran and failed the rule with no declared limit to explain it.
+  bool failed() const { return ran() && verdict_kind == VerdictKind::fail; }
+  /// The command that replays this case (replay_command of its subject and problem).
+  std::string reproducer() const;
+};
+
+/// The logit conditioning of a reference computed with its conditions, over
+/// the valid rows and finite values.
+LogitCondition logit_condition(const Problem& problem, const AttentionRows& reference);
+
+/// Sets the accumulation scales of `condition` (tolerance.hpp): the keys the
+/// longest of the compared rows sees, and max |V| over the finite values.
+void add_accumulation(LogitCondition& condition, const Problem& problem, const RowSet& rows, const HostTensor& v);
+
+/// The command line that replays one case of `subject` on `problem`.
+std::string replay_command(std::string_view subject, const Problem& problem);
+
+/// Judges one case. Throws BadInput for an invalid problem.
+CaseResult judge(Subject& subject, const Problem& problem, const JudgeOptions& options = {});
+/// Judges one case on given inputs (transformed inputs for metamorphic checks).
+CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs, const JudgeOptions& options = {});
+
+/// A failed case explained: the problem line, the rule that decided, the
+/// first element over the bound, the worst element, the share over the bound,
+/// and the replay command. Several lines.
+std::string explain(const CaseResult& result);
+
+/// The case's record (one JSON Lines object).
+nlohmann::json to_record(const CaseResult& result);
+
+}  // namespace flashcheck

@@ -1,0 +1,321 @@
+#include "flashcheck/judge/judge.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "flashcheck/core/record.hpp"
+#include "flashcheck/core/subject.hpp"
+#include "flashcheck/core/values.hpp"
+#include "flashcheck/oracles/cpu_f64.hpp"
+#include "flashcheck/oracles/cpu_lowp.hpp"
+#include "flashcheck/judge/every_row.hpp"
+#include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
+
+namespace flashcheck {
+namespace {
+
+double elapsed_ms(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
+}
+
+}  // namespace
+
+LogitCondition logit_condition(const Problem& p, const AttentionRows& reference) {
+  LogitCondition condition;
+  condition.head_dim = p.head_dim;
+  if (reference.o_condition.empty()) return condition;
+  double o_sum = 0, lse_sum = 0;
+  std::int64_t o_count = 0, lse_count = 0;
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.heads_q; ++h)
+      for (std::int64_t r = 0; r < reference.rows.size(); ++r) {
+        if (reference.rows.rows[r] >= p.len_q(b)) continue;
+        const auto row = reference.index(b, h, r);
+        const double lse = reference.lse_condition[row];
+        if (std::isfinite(lse)) {
+          condition.lse_max = std::max(condition.lse_max, lse);
+          lse_sum += lse * lse;
+          ++lse_count;
+        }
+        for (std::int64_t c = 0; c < p.head_dim_v; ++c) {
+          const double o = reference.o_condition[row * p.head_dim_v + c];
+          if (!std::isfinite(o)) continue;
+          condition.o_max = std::max(condition.o_max, o);
+          o_sum += o * o;
+          ++o_count;
+        }
+      }
+  if (o_count) condition.o_rms = std::sqrt(o_sum / o_count);
+  if (lse_count) condition.lse_rms = std::sqrt(lse_sum / lse_count);
+  return condition;
+}
+
+std::string replay_command(std::string_view subject, const Problem& problem) {
+  // Mutants and fixtures live only in flashcheck-testing.
+  const auto in = [subject](const std::vector<Subject*>& list) {
+    return std::any_of(list.begin(), list.end(), [subject](const Subject* s) { return s->name() == subject; });
+  };
+  Registry& registry = Registry::instance();
+  const bool testing_only = in(registry.mutants()) || in(registry.fixtures());
+  return fmt::format("{} run --subject {} --problem '{}'", testing_only ? "flashcheck-testing" : "flashcheck", subject,
+                     to_line(problem));
+}
+
+std::string_view to_string(VerdictKind kind) {
+  switch (kind) {
+    case VerdictKind::pass: return "pass";
+    case VerdictKind::fail: return "fail";
+    case VerdictKind::vacuous: return "vacuous";
+    case VerdictKind::deviation: return "deviation";
+  }
+  return "?";
+}
+
+std::string_view to_string(EveryRow every_row) {
+  switch (every_row) {
+    case EveryRow::off: return "off";
+    case EveryRow::device: return "device";
+    case EveryRow::host: return "host";
+  }
+  return "?";
+}
+
+namespace {
+
+// Compared rows (times the query heads) that see at least one key.
+std::int64_t visible_compared_rows(const Problem& p, const RowSet& rows) {
+  std::int64_t visible = 0;
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (const std::int64_t row : rows.rows)
+      visible += row < p.len_q(b) && visible_key_range(p, b, row).count() > 0;
+  return visible * p.heads_q;
+}
+
+// The largest finite |V| of the inputs.
+double max_abs_finite(const HostTensor& tensor) {
+  double largest = 0;
+  for (std::int64_t b = 0; b < tensor.batch(); ++b)
+    for (std::int64_t h = 0; h < tensor.heads(); ++h)
+      for (std::int64_t s = 0; s < tensor.seqlen(); ++s)
+        for (std::int64_t c = 0; c < tensor.dim(); ++c) {
+          const double x = std::abs(tensor.get(b, h, s, c));
+          if (std::isfinite(x)) largest = std::max(largest, x);
+        }
+  return largest;
+}
+
+// Whether a case that held compared something: a compared row that sees a key,
+// and an element of O (a finite pair or a NaN/Inf position of the census: a
+// row whose every value is NaN in both still checks NaN propagation).
+bool compared_something(const CaseResult& result) {
+  const Census& census = result.subject_metrics.o.census;
+  const std::int64_t nonfinite = census.want_nan + census.want_pos_inf + census.want_neg_inf + census.got_nan +
+                                 census.got_pos_inf + census.got_neg_inf;
+  return result.rows_visible > 0 && (result.subject_metrics.o.errors.count > 0 || nonfinite > 0);
+}
+
+}  // namespace
+
+void add_accumulation(LogitCondition& condition, const Problem& p, const RowSet& rows, const HostTensor& v) {
+  std::int64_t keys = 0;
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (const std::int64_t row : rows.rows)
+      if (row < p.len_q(b)) keys = std::max(keys, visible_key_range(p, b, row).count());
+  condition.accumulation_lse = std::sqrt(static_cast<double>(keys));
+  condition.accumulation_o = condition.accumulation_lse * max_abs_finite(v);
+}
+
+std::string CaseResult::reproducer() const { return replay_command(subject, problem); }
+
+CaseResult judge(Subject& subject, const Problem& problem, const JudgeOptions& options) {
+  validate(problem);
+  if (auto reason = unsupported_reason(subject.capabilities(), problem)) {
+    CaseResult result;
+    result.problem = problem;
+    result.subject = std::string(subject.name());
+    result.status = Status::unsupported;
+    result.message = *reason;
+    return result;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const Inputs inputs = generate_inputs(problem);
+  const double inputs_ms = elapsed_ms(start);
+  CaseResult result = judge(subject, problem, inputs, options);
+  result.inputs_ms = inputs_ms;
+  return result;
+}
+
+CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs, const JudgeOptions& options) {
+  validate(problem);
+  CaseResult result;
+  result.problem = problem;
+  result.subject = std::string(subject.name());
+  result.subject_version = subject.version_info();
+  const Capabilities& caps = subject.capabilities();
+  result.baseline_dtype = caps.compute_dtype.value_or(problem.dtype);
+  if (auto reason = unsupported_reason(caps, problem)) {
+    result.status = Status::unsupported;
+    result.message = *reason;
+    return result;
+  }
+
+  auto start = std::chrono::steady_clock::now();
+  RunResult run = subject.run(problem, inputs);
+  result.subject_ms = elapsed_ms(start);
+  result.subject_reported_ms = run.time_ms;
+  result.status = run.status;
+  result.message = run.message;
+  if (run.status != Status::ok) return result;
+
+  result.rows = problem.seqlen_q <= options.max_rows ? all_rows(problem)
+                                                     : sample_rows(problem, options.max_rows, options.row_seed);
+  start = std::chrono::steady_clock::now();
+  const AttentionRows reference = cpu_f64_reference(problem, inputs, result.rows, /*with_condition=*/true);
+  result.oracle_ms = elapsed_ms(start);
+
+  start = std::chrono::steady_clock::now();
+  const AttentionRows baseline = cpu_lowp_rows(problem, inputs, result.rows, result.baseline_dtype);
+  result.baseline_ms = elapsed_ms(start);
+
+  result.baseline_metrics = compare(problem, baseline, reference, problem.dtype);
+  result.condition = logit_condition(problem, reference);
+  add_accumulation(result.condition, problem, result.rows, inputs.v);
+  if (result.baseline_dtype != problem.dtype) result.condition.input_unit = unit_roundoff(result.baseline_dtype);
+  const Bounds bounds = rule_bounds(result.baseline_metrics, problem.dtype, result.condition);
+  const AttentionRows got = gather_rows(problem, run.outputs, result.rows);
+  result.subject_metrics = compare(problem, got, reference, problem.dtype, bounds);
+  result.verdict = decide(result.subject_metrics, result.baseline_metrics, problem.dtype, result.condition);
+  // The verdict: a pass that compared nothing is vacuous; a failure inside a
+  // limit the subject declares is a deviation.
+  result.rows_visible = visible_compared_rows(problem, result.rows);
+  const std::optional<std::string> limit = declared_deviation(caps, problem, max_abs_finite(inputs.v));
+  if (result.verdict.pass) {
+    result.verdict_kind = compared_something(result) ? VerdictKind::pass : VerdictKind::vacuous;
+  } else if (limit) {
+    result.verdict_kind = VerdictKind::deviation;
+    result.deviation = *limit;
+  } else {
+    result.verdict_kind = VerdictKind::fail;
+  }
+  // The peer baseline on the same inputs, for half-precision problems.
+  Subject* peer = problem.dtype != DType::f32 ? options.peer : nullptr;
+  if (peer && peer != &subject) {
+    const RunResult peer_run = peer->run(problem, inputs);
+    if (peer_run.status == Status::ok) {
+      PeerResult p;
+      p.name = std::string(peer->name());
+      p.version = peer->version_info();
+      p.metrics = compare(problem, gather_rows(problem, peer_run.outputs, result.rows), reference, problem.dtype);
+      auto ratio = [](double a, double b) { return b > 0 ? a / b : (a > 0 ? INFINITY : 1.0); };
+      p.o_max_ratio = ratio(result.subject_metrics.o.errors.max_abs, p.metrics.o.errors.max_abs);
+      p.o_rmse_ratio = ratio(result.subject_metrics.o.errors.rmse, p.metrics.o.errors.rmse);
+      result.peer = std::move(p);
+    }
+  }
+  // Every row, where the rows were sampled and the options ask: the verdict
+  // then rests on every row (cpu_f64's sample cross-checks the reference).
+  // The peer's ratios above stay those of the sampled rows.
+  std::optional<AttentionRows> every_reference;
+  if (options.every_row != EveryRow::off && !result.on_every_row()) {
+    const KokkosSpace space = options.every_row == EveryRow::host ? KokkosSpace::host : KokkosSpace::device;
+    every_reference.emplace();
+    if (judge_every_row(result, inputs, run.outputs, reference, space, limit, &*every_reference)) {
+      if (!result.on_every_row()) every_reference.reset();  // the oracles disagreed: the rows stay the sample
+      result.rows_visible = visible_compared_rows(problem, result.rows);
+      // A sample that compared nothing can be vacuous where every row is not.
+      if (result.verdict.pass)
+        result.verdict_kind = compared_something(result) ? VerdictKind::pass : VerdictKind::vacuous;
+    } else {
+      every_reference.reset();
+      result.every_row_unavailable =
+          fmt::format("the Kokkos reference cannot run on {} here: {}",
+                      space == KokkosSpace::device ? "a GPU" : "the host", kokkos_description());
+    }
+  }
+  if (options.keep_outputs) {
+    result.outputs = std::move(run.outputs);
+    result.reference = every_reference ? std::move(*every_reference) : reference;
+  }
+  return result;
+}
+
+namespace {
+
+std::string where(const Position& at) {
+  return at.column < 0 ? fmt::format("(b={}, h={}, row={}, lse)", at.b, at.h, at.row)
+                       : fmt::format("(b={}, h={}, row={}, col={})", at.b, at.h, at.row, at.column);
+}
+
+}  // namespace
+
+std::string explain(const CaseResult& r) {
+  std::string text = fmt::format("subject {} on '{}'\n", r.subject, to_line(r.problem));
+  if (!r.ran()) return text + fmt::format("  status {}: {}\n  replay: {}\n", to_string(r.status), r.message, r.reproducer());
+  text += fmt::format("  verdict: {} -- {}\n", r.verdict_kind == VerdictKind::fail ? "FAIL" : to_string(r.verdict_kind), r.verdict.rule);
+  if (r.verdict_kind == VerdictKind::vacuous) text += "  nothing was compared: no compared row sees a key (empty or fully masked)\n";
+  if (r.verdict_kind == VerdictKind::deviation) text += fmt::format("  {}\n", r.deviation);
+  for (const TensorMetrics* tensor : {&r.subject_metrics.o, &r.subject_metrics.lse}) {
+    if (tensor == &r.subject_metrics.lse && !r.subject_metrics.has_lse) continue;
+    const char* name = tensor == &r.subject_metrics.o ? "O" : "LSE";
+    if (tensor->census.first_mismatch)
+      text += fmt::format("  {} NaN/Inf census: {} position(s) differ; first {} got {} want {}\n", name,
+                          tensor->census.mismatches, where(tensor->census.first_mismatch->at),
+                          tensor->census.first_mismatch->got, tensor->census.first_mismatch->want);
+    if (tensor->first_over_bound)
+      text += fmt::format("  {} first over bound: {} got {:.6g} want {:.6g}; {} of {} over bound ({:.3f}%)\n", name,
+                          where(tensor->first_over_bound->at), tensor->first_over_bound->got,
+                          tensor->first_over_bound->want, tensor->over_bound, tensor->errors.count,
+                          100.0 * static_cast<double>(tensor->over_bound) /
+                              static_cast<double>(std::max<std::int64_t>(tensor->errors.count, 1)));
+    if (tensor->errors.worst)
+      text += fmt::format("  {} worst: {} got {:.6g} want {:.6g} (|err| {:.3e})\n", name, where(tensor->errors.worst->at),
+                          tensor->errors.worst->got, tensor->errors.worst->want, tensor->errors.worst->abs_error);
+  }
+  return text + fmt::format("  replay: {}\n", r.reproducer());
+}
+
+nlohmann::json to_record(const CaseResult& r) {
+  nlohmann::json record = {
+      {"schema", kRecordSchema},
+      {"subject", r.subject},
+      {"problem", to_line(r.problem)},
+      {"geometry_seed", r.problem.geometry_seed},
+      {"data_seed", r.problem.data_seed},
+      {"dtype", std::string(to_string(r.problem.dtype))},
+      {"status", std::string(to_string(r.status))},
+      {"reproducer", r.reproducer()},
+      {"timing_ms", {{"inputs", r.inputs_ms}, {"subject", r.subject_ms}, {"oracle", r.oracle_ms}, {"baseline", r.baseline_ms}}},
+  };
+  record["time"] = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (std::isfinite(r.subject_reported_ms)) record["timing_ms"]["subject_reported"] = r.subject_reported_ms;
+  if (!r.message.empty()) record["message"] = r.message;
+  if (!r.subject_version.empty()) record["subject_version"] = r.subject_version;
+  if (!r.ran()) {
+    record["verdict"] = to_string(r.status);
+    return record;
+  }
+  record["verdict"] = to_string(r.verdict_kind);
+  record["rule"] = r.verdict.rule;
+  record["rows_checked"] = r.rows.size();
+  record["rows_basis"] = r.on_every_row() ? "every" : "sampled";
+  if (!r.every_row_unavailable.empty()) record["every_row_unavailable"] = r.every_row_unavailable;
+  record["rows_visible"] = r.rows_visible;
+  if (r.verdict_kind == VerdictKind::deviation) record["deviation"] = r.deviation;
+  record["baseline"] = {{"name", "cpu_lowp"}, {"dtype", std::string(to_string(r.baseline_dtype))},
+                        {"metrics", to_json(r.baseline_metrics)}};
+  record["metrics"] = to_json(r.subject_metrics);
+  record["tolerance"] = to_json(r.verdict);
+  if (r.peer)
+    record["peer"] = {{"name", r.peer->name}, {"version", r.peer->version}, {"metrics", to_json(r.peer->metrics)},
+                      {"o_max_ratio", r.peer->o_max_ratio}, {"o_rmse_ratio", r.peer->o_rmse_ratio}};
+  record["logit_condition"] = {{"o_max", r.condition.o_max}, {"o_rms", r.condition.o_rms},
+                               {"lse_max", r.condition.lse_max}, {"lse_rms", r.condition.lse_rms},
+                               {"accumulation_o", r.condition.accumulation_o},
+                               {"accumulation_lse", r.condition.accumulation_lse}};
+  return record;
+}
+
+}  // namespace flashcheck

@@ -1,0 +1,61 @@
+// cpu-plain: attention as the textbook writes it, on the CPU, f32 arithmetic.
+//
+// Lineage: the simplest member of the family, written from the Problem spec
+// alone (no code shared with oracles/). Per query row: logits with f32
+// dot products, the row maximum, exp(s - max), the f32 sum, and P V in f32,
+// output rounded once to the storage dtype. It is the control for the mutants
+// in kernels/mutants/, which are this kernel with one flaw switched on.
+// Domain: everything the vocabulary expresses (f32/f16/bf16, d <= 576,
+// dv <= 512, every mask, GQA/MQA, padded batches, LSE, empty sequences).
+// Speed: a reference loop, not a kernel to time (about 1 GFLOP/s on one core).
+#pragma once
+
+#include "flashcheck/core/subject.hpp"
+
+namespace flashcheck {
+
+/// One deliberate flaw, for mutants; `none` is the real kernel.
+enum class PlainFlaw {
+  none,
+  no_max_subtraction,        // exp(s) instead of exp(s - max): overflows on large logits
+  bottom_right_as_top_left,  // causal_br computed as causal_tl
+  causal_off_by_one,         // a causal row also sees the key just past its diagonal
+  scale_squared,             // the softmax scale applied twice
+  lse_in_log2,               // LSE written as log2 instead of the natural log
+  window_off_by_one,         // the sliding window's left edge one key wider
+  scale_hardcoded_d64,       // at d = 64, logits scaled by 1/sqrt(64) whatever Problem::softmax_scale says
+  bf16_truncating_epilogue,  // bf16 O rounded toward zero (the mantissa's low bits dropped), not to nearest
+};
+
+inline constexpr Capabilities kCpuPlainCapabilities = {
+    .dtypes = {DType::f32, DType::f16, DType::bf16},
+    .min_head_dim = 1,
+    .max_head_dim = 576,
+    .max_head_dim_v = 512,
+    .masks = {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window},
+    .gqa = true,
+    .varlen = true,
+    .lse = true,
+    .tile_q = 1,
+    .tile_kv = 16,
+};
+
+class CpuPlain final : public Subject {
+ public:
+  CpuPlain(std::string_view name = "cpu-plain", std::string_view description =
+                                                    "textbook attention on the CPU in f32 (the mutants' control)",
+           PlainFlaw flaw = PlainFlaw::none)
+      : name_(name), description_(description), flaw_(flaw) {}
+  std::string_view name() const override { return name_; }
+  std::string_view description() const override { return description_; }
+  const Capabilities& capabilities() const override { return kCpuPlainCapabilities; }
+  RunResult run(const Problem& problem, const Inputs& inputs) override;
+
+ private:
+  bool sees(const Problem& p, std::int64_t i, std::int64_t j, std::int64_t lq, std::int64_t lk) const;
+
+  std::string_view name_, description_;
+  PlainFlaw flaw_;
+};
+
+}  // namespace flashcheck

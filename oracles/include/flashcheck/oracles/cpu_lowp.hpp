@@ -1,0 +1,52 @@
+// cpu_lowp: the same-precision baseline of the tolerance rule.
+//
+// Plain attention in a working dtype, rounding after each step as a framework
+// would: S = round(scale * Q K^T) with each dot product accumulated in f32,
+// softmax in f32, P = round(softmax), O = round(P V) with P V accumulated in f32,
+// LSE = max + log(sum) in f32. In f32 it is plain f32 attention.
+//
+// Every sum runs in the textbook order (index by index, one rounding per
+// product and per addition): the plain order is the reference a kernel must not
+// be much worse than. (A first version used sgemm, whose blocked FMA
+// accumulation is about 3x more accurate in f32 than a textbook dot product:
+// that made the tolerance rule fail a correct f32 kernel that sums in order.)
+//
+// Registered also as the smoke test `smoke-cpu-lowp`, so the whole pipeline
+// runs without a GPU. Judged, it is its own baseline (every ratio 0.50 by
+// construction), so it cannot fail on accuracy: it is not in `all`, and
+// `cpu-plain` is the CPU control subject. Its masks are its own code,
+// separate from cpu_f64's.
+#pragma once
+
+#include "flashcheck/core/subject.hpp"
+#include "flashcheck/core/tensor.hpp"
+
+namespace flashcheck {
+
+/// The baseline's O and LSE for the given rows, computed in `working` precision
+/// (inputs are rounded to it first when the storage dtype is wider).
+AttentionRows cpu_lowp_rows(const Problem& problem, const Inputs& inputs, const RowSet& rows, DType working);
+
+/// Domain of the smoke-cpu-lowp smoke test: everything the vocabulary can express.
+inline constexpr Capabilities kCpuLowpCapabilities = {
+    .dtypes = {DType::f32, DType::f16, DType::bf16},
+    .min_head_dim = 1,
+    .max_head_dim = 576,
+    .max_head_dim_v = 512,
+    .masks = {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window},
+    .gqa = true,
+    .varlen = true,
+    .lse = true,
+};
+
+class CpuLowp : public Subject {
+ public:
+  std::string_view name() const override { return "smoke-cpu-lowp"; }
+  std::string_view description() const override {
+    return "pipeline smoke test: the same-precision baseline judged against itself (CPU; cannot fail on accuracy)";
+  }
+  const Capabilities& capabilities() const override { return kCpuLowpCapabilities; }
+  RunResult run(const Problem& problem, const Inputs& inputs) override;
+};
+
+}  // namespace flashcheck

@@ -1,0 +1,26 @@
+// The cuDNN subject's test seam: a subject with a cache folder of its own, and
+// its dynamic-shape path made to fail on demand,
+// so that a test can show the fallback to the per-geometry graph (a right
+// answer, the reason counted in stats()) without waiting for a cuDNN that
+// refuses. Production code never calls it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "flashcheck/core/subject.hpp"
+
+namespace flashcheck::cudnn_testing {
+
+/// A cudnn subject of its own (not the registry's), whose kernel caches and
+/// plan files live in `cache_dir` ("" for none), so that a test can show what
+/// a second process finds there.
+std::unique_ptr<Subject> make_subject(const std::string& cache_dir);
+
+/// Makes the next `builds` builds of a dynamic-shape graph fail as a cuDNN
+/// refusal would, and the next `executes` executes of a dynamic-shape graph
+/// fail as a failed execute would (without running it, so its outputs stay
+/// poisoned). Counts left from an earlier call are replaced.
+void fail_dynamic_path(int builds, int executes);
+
+}  // namespace flashcheck::cudnn_testing
