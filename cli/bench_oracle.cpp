@@ -18,6 +18,7 @@
 #include "flashcheck/core/values.hpp"
 #include "flashcheck/oracles/blas.hpp"
 #include "flashcheck/oracles/cpu_f64.hpp"
+#include "flashcheck/oracles/cpu_f64_backward.hpp"
 #include "flashcheck/oracles/cpu_lowp.hpp"
 #include "flashcheck/judge/every_row.hpp"
 #include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
@@ -34,6 +35,7 @@ struct BenchOptions {
   KokkosTiling tiling;
   std::int64_t check_rows = 256;
   bool baseline = false;  // also time the Kokkos same-precision baseline
+  std::string pass = "fwd";  // "bwd": the gradient oracle
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -160,6 +162,30 @@ int bench(const BenchOptions& options) {
   fmt::print("  inputs generated in {:.2f} s\n", seconds_since(start));
   const RowSet rows = options.rows > 0 ? sample_rows(problem, options.rows, 1) : all_rows(problem);
   std::vector<double> times;
+  if (options.pass == "bwd") {
+    // dQ on the rows, dK and dV on every key row (each a sum over every query
+    // row: all of them are computed whatever the sample). The FLOP count is
+    // the convention of cuDNN's and FlashAttention's benchmarks, 2.5x the
+    // forward's (five products of the forward's size for d = dv), over every
+    // query row since dK and dV need them all.
+    Problem grad = problem;
+    grad.head_dim = problem.head_dim_v;
+    grad.data_seed = problem.data_seed + 1;
+    const HostTensor dout = generate_inputs(grad).q;
+    const RowSet keys = all_key_rows(problem);
+    for (int r = 0; r < options.repeats; ++r) {
+      start = std::chrono::steady_clock::now();
+      const GradientRows gradients = cpu_f64_gradients(problem, inputs, dout, rows, keys);
+      times.push_back(seconds_since(start));
+      if (gradients.dk.empty()) throw std::runtime_error("gradient oracle produced nothing");
+    }
+    const double rate = 2.5 * nominal_flops(problem, problem.seqlen_q) / median(times) / 1e9;
+    fmt::print("  cpu_f64 gradients (dQ on {} row(s) per head, dK/dV on every key row): median {:.3f} s of {} -> "
+               "{:.1f} GFLOP/s (2.5x forward) = {:.0f}% of dgemm\n",
+               rows.size(), median(times), times.size(), rate, 100.0 * rate / dgemm);
+    fmt::print("  peak resident memory: {:.0f} MiB\n", peak_rss_mib());
+    return kExitPass;
+  }
   for (int r = 0; r < options.repeats; ++r) {
     start = std::chrono::steady_clock::now();
     const AttentionRows reference = cpu_f64_reference(problem, inputs, rows);
@@ -214,6 +240,9 @@ void add_bench_oracle(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   command->add_option("--team-size", options->tiling.team_size, "Kokkos: threads per team (0: the space's default)")
       ->check(CLI::Range(0, 1 << 16))
+      ->capture_default_str();
+  command->add_option("--pass", options->pass, "fwd: the forward oracle; bwd: the gradient oracle (dQ, dK, dV)")
+      ->check(CLI::IsMember({"fwd", "bwd"}))
       ->capture_default_str();
   command->add_flag("--baseline", options->baseline,
                     "Kokkos: also time the same-precision baseline on every row (its error next to cpu_lowp's)");
