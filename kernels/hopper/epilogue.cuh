@@ -9,6 +9,8 @@
 // A row that saw no key has sum 0: O = 0 and LSE = -inf.
 #pragma once
 
+#include "common/ptx.cuh"
+#include "common/softmax.cuh"
 #include "hopper/mainloop.cuh"
 #include "hopper/scheduler.cuh"
 
@@ -17,13 +19,13 @@ namespace flashcheck::kernels::hopper {
 /// Row r's two values of an accumulator fragment, divided by the row's sum and packed.
 template <typename T>
 __device__ __forceinline__ std::uint32_t normalized(const float (&fragment)[4], int r, bool seen, float inverse) {
-  return seen ? mma::pack<T>(fragment[2 * r] * inverse, fragment[2 * r + 1] * inverse) : 0u;
+  return seen ? pack<T>(fragment[2 * r] * inverse, fragment[2 * r + 1] * inverse) : 0u;
 }
 
 template <typename T, int D, HopperFlaw kFlaw>
 __device__ __forceinline__ void store_tile(const gpu::AttentionArgs& a, const CUtensorMap& map_o, const Smem<D>& smem,
                                            const Tile& tile, int lq, int c, float (&o)[D / 8][4],
-                                           const mma::RowState& state) {
+                                           const RowState& state) {
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32 % 4;
   const int row0 = 64 * c + 16 * warp + lane / 4;  // this thread's first row in the tile; the second is row0 + 8
   const bool elected = threadIdx.x % 128 == 0;

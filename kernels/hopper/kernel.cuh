@@ -50,8 +50,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const Tile tile = scheduler.at<kBlockM>(id, a.heads_q);
       const int lq = query_length(a, tile.b), lk = key_length(a, tile.b);
       if (tile.q0 < lq) {
-        const mma::KeyPlan<kBlockN> plan =
-            mma::plan_keys<kBlockN, TileMask<kBlockN, kFlaw>::kMaskFlaw>(a, tile.q0, kBlockM, lq, lk);
+        const KeyPlan<kBlockN> plan =
+            plan_keys<kBlockN, TileMask<kBlockN, kFlaw>::kMaskFlaw>(a, tile.q0, kBlockM, lq, lk);
         produce_tile<D>(smem, map_q, map_k, map_v, tile, tile.h / group_size, plan.begin, plan.end, ring, q_uses++);
       }
       id = next;

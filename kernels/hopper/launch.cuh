@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/launch.cuh"
 #include "hopper/kernel.cuh"
 
 namespace flashcheck::kernels::hopper {
@@ -138,13 +139,13 @@ void launch(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
 
 template <HopperFlaw kFlaw>
 void launch_hopper(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
-  mma::with_instance(a, [&]<typename T, int D>() { launch<T, D, kFlaw>(a, site); });
+  with_instance(a, [&]<typename T, int D>() { launch<T, D, kFlaw>(a, site); });
 }
 
 /// The mma family's domain on sm_90 only. TMA's strides must be multiples of
 /// 16 bytes, which d >= 64 in f16/bf16 guarantees for every layout.
 inline constexpr Capabilities kHopperCapabilities = [] {
-  Capabilities c = mma::kMmaCapabilities;
+  Capabilities c = kMmaCapabilities;
   c.tile_q = kBlockM;
   c.tile_kv = 128;
   c.min_compute_capability = 90;

@@ -217,7 +217,7 @@ struct Consumer {
       mbarrier_arrive(smem.k_empty(ring.stage()));
       if (kEarlyQRelease && key_tile == end - 1) release_q();
       mask.apply(s, key_tile);
-      const mma::Correction correction = softmax.exponentiate(s);
+      const Correction correction = softmax.exponentiate(s);
       wgmma_wait<0>();
       fence_operands(o);
       fence_operands(p);  // P's registers stay reserved until the product that reads them is done

@@ -1,6 +1,6 @@
 // The Hopper kernel's masking: which key tiles a query tile visits, and the
-// -inf mask of the boundary ones. The rules are the tensor-core family's
-// (kernels/mma/mma_common.cuh: row_keys, plan_keys, mask_tile), which work on
+// -inf mask of the boundary ones. The rules are shared with the mma family
+// (kernels/common/mask.cuh: row_keys, plan_keys, mask_tile), which work on
 // the m16n8 C layout that each warp's slice of a wgmma m64 accumulator has;
 // this file binds them to the Hopper tile and the kernel's flaws.
 //  - Tiles wholly outside every row's keys (causal, sliding window, the
@@ -10,7 +10,7 @@
 //    sequence that TMA filled with zeros (S = 0 there is not -inf).
 #pragma once
 
-#include "mma/mma_common.cuh"
+#include "common/mask.cuh"
 
 namespace flashcheck::kernels::hopper {
 
@@ -24,21 +24,20 @@ enum class HopperFlaw {
 
 template <int kBlockN, HopperFlaw kFlaw>
 struct TileMask {
-  static constexpr mma::MmaFlaw kMaskFlaw =
-      kFlaw == HopperFlaw::tail_unmasked ? mma::MmaFlaw::key_tail_unmasked : mma::MmaFlaw::none;
+  static constexpr MaskFlaw kMaskFlaw = kFlaw == HopperFlaw::tail_unmasked ? MaskFlaw::key_tail_unmasked : MaskFlaw::none;
 
-  mma::KeyPlan<kBlockN> plan;
-  mma::ThreadRows rows;
+  KeyPlan<kBlockN> plan;
+  ThreadRows rows;
 
   /// The plan of the tile whose rows are [q0, q0 + block_rows), for this
   /// thread's rows, which start at query `warp_row` (row 0 of its warp's m16 slice).
   __device__ __forceinline__ TileMask(const gpu::AttentionArgs& a, int q0, int block_rows, int warp_row, int lq, int lk)
-      : plan(mma::plan_keys<kBlockN, kMaskFlaw>(a, q0, block_rows, lq, lk)),
-        rows(mma::thread_rows<kMaskFlaw>(a, warp_row, lq, lk)) {}
+      : plan(plan_keys<kBlockN, kMaskFlaw>(a, q0, block_rows, lq, lk)),
+        rows(thread_rows<kMaskFlaw>(a, warp_row, lq, lk)) {}
 
   template <int kTilesN>
   __device__ __forceinline__ void apply(float (&s)[kTilesN][4], int tile) const {
-    if (!plan.whole(tile)) mma::mask_tile(s, tile * kBlockN, rows.rows);
+    if (!plan.whole(tile)) mask_tile(s, tile * kBlockN, rows.rows);
   }
 };
 

@@ -1,10 +1,38 @@
 // kv_pipelined's kernel (included by kv_pipelined.cu and the mutants in
-// kernels/mutants/mma_mutants.cu); kv_pipelined.cu's header tells its story.
+// kernels/mutants/mma_mutants.cu), with the flaws its mutants are built with;
+// kv_pipelined.cu's header tells its story.
 #pragma once
 
-#include "mma/mma_common.cuh"
+#include "common/mask.cuh"
+#include "common/softmax.cuh"
+#include "mma/epilogue.cuh"
+#include "mma/launch.cuh"
+#include "mma/ptx.cuh"
+#include "mma/tiles.cuh"
 
 namespace flashcheck::kernels::mma {
+
+/// Deliberate flaws of the flagship kv_pipelined, for its mutants
+/// (kernels/mutants/mma_mutants.cu); `none` is the real kernel.
+enum class MmaFlaw {
+  none,
+  swizzle_write_only,  // tiles written swizzled, read as if they were not
+  short_wait,          // every cp.async wait allows one group too many in flight (a race)
+  br_as_tl,            // bottom-right causal computed as top-left
+  key_tail_unmasked,   // keys past the sequence's end in the last tile are not masked
+  window_off_by_one,   // the sliding window sees one key too many on its left
+  truncating_epilogue, // bf16 O rounded toward zero in the epilogue instead of to nearest
+};
+
+/// The mask's share of a flaw (common/mask.cuh applies it).
+constexpr MaskFlaw mask_flaw(MmaFlaw flaw) {
+  switch (flaw) {
+    case MmaFlaw::br_as_tl: return MaskFlaw::br_as_tl;
+    case MmaFlaw::key_tail_unmasked: return MaskFlaw::key_tail_unmasked;
+    case MmaFlaw::window_off_by_one: return MaskFlaw::window_off_by_one;
+    default: return MaskFlaw::none;
+  }
+}
 
 /// m16 tiles per warp (32 query rows per warp; 16 at d = 256, where a second
 /// tile's O accumulators would not fit in registers), the block's query rows,
@@ -78,7 +106,7 @@ __global__ void __launch_bounds__(kThreads) kv_pipelined_kernel(const gpu::Atten
 
   const BlockTensors<T> t = block_tensors<T, kRows>(a, bh_base);
   if (t.q0 >= t.lq) return;  // past this sequence's end (block-uniform)
-  const KeyPlan<kBlockKv> plan = plan_keys<kBlockKv, kFlaw>(a, t.q0, kRows, t.lq, t.lk);
+  const KeyPlan<kBlockKv> plan = plan_keys<kBlockKv, mask_flaw(kFlaw)>(a, t.q0, kRows, t.lq, t.lk);
   const int warp_row = threadIdx.x / 32 * 16 * kM;
   float acc[kM][kTilesD][4] = {};
   RowState state[kM];
@@ -86,7 +114,7 @@ __global__ void __launch_bounds__(kThreads) kv_pipelined_kernel(const gpu::Atten
   if (plan.begin < plan.end) {
     ThreadRows rows[kM];
 #pragma unroll
-    for (int m = 0; m < kM; ++m) rows[m] = thread_rows<kFlaw>(a, t.q0 + warp_row + 16 * m, t.lq, t.lk);
+    for (int m = 0; m < kM; ++m) rows[m] = thread_rows<mask_flaw(kFlaw)>(a, t.q0 + warp_row + 16 * m, t.lq, t.lk);
     const float scale_log2 = a.scale * 1.4426950408889634f;
     copy_tile<kRows, D, true>(q_tile, t.q, a.q_seq_stride, t.lq - t.q0);
     cp_async_commit();

@@ -5,7 +5,12 @@
 // row-major (basic).
 #pragma once
 
-#include "mma/mma_common.cuh"
+#include "common/mask.cuh"
+#include "common/softmax.cuh"
+#include "mma/epilogue.cuh"
+#include "mma/launch.cuh"
+#include "mma/products.cuh"
+#include "mma/tiles.cuh"
 
 namespace flashcheck::kernels::mma {
 
@@ -23,9 +28,9 @@ __global__ void __launch_bounds__(kThreads) single_stage_kernel(const gpu::Atten
 
   const BlockTensors<T> t = block_tensors<T>(a, bh_base);
   if (t.q0 >= t.lq) return;  // past this sequence's end (block-uniform)
-  const KeyPlan<kBlockKv> plan = plan_keys<kBlockKv, MmaFlaw::none>(a, t.q0, kBlockQ, t.lq, t.lk);
+  const KeyPlan<kBlockKv> plan = plan_keys<kBlockKv, MaskFlaw::none>(a, t.q0, kBlockQ, t.lq, t.lk);
   const int warp_row = threadIdx.x / 32 * 16;
-  const ThreadRows rows = thread_rows<MmaFlaw::none>(a, t.q0 + warp_row, t.lq, t.lk);
+  const ThreadRows rows = thread_rows<MaskFlaw::none>(a, t.q0 + warp_row, t.lq, t.lk);
   float acc[kTilesD][4] = {};
   RowState state;
 

@@ -5,7 +5,12 @@
 // ldmatrix.x4 (ldmatrix_x4) or one ldmatrix.x2 per mma (pipelined).
 #pragma once
 
-#include "mma/mma_common.cuh"
+#include "common/mask.cuh"
+#include "common/softmax.cuh"
+#include "mma/epilogue.cuh"
+#include "mma/launch.cuh"
+#include "mma/products.cuh"
+#include "mma/tiles.cuh"
 
 namespace flashcheck::kernels::mma {
 
@@ -24,9 +29,9 @@ __global__ void __launch_bounds__(kThreads) two_stage_kernel(const gpu::Attentio
 
   const BlockTensors<T> t = block_tensors<T>(a, bh_base);
   if (t.q0 >= t.lq) return;  // past this sequence's end (block-uniform)
-  const KeyPlan<kBlockKv> plan = plan_keys<kBlockKv, MmaFlaw::none>(a, t.q0, kBlockQ, t.lq, t.lk);
+  const KeyPlan<kBlockKv> plan = plan_keys<kBlockKv, MaskFlaw::none>(a, t.q0, kBlockQ, t.lq, t.lk);
   const int warp_row = threadIdx.x / 32 * 16;
-  const ThreadRows rows = thread_rows<MmaFlaw::none>(a, t.q0 + warp_row, t.lq, t.lk);
+  const ThreadRows rows = thread_rows<MaskFlaw::none>(a, t.q0 + warp_row, t.lq, t.lk);
   float acc[kTilesD][4] = {};
   RowState state;
 

@@ -17,6 +17,7 @@
 
 #include "flashcheck/core/gpu/device_info.hpp"
 #include "flashcheck/core/gpu/runtime.hpp"
+#include "common/ptx.cuh"
 #include "hopper/launch.cuh"
 
 namespace flashcheck::kernels::hopper {
@@ -73,10 +74,10 @@ __global__ void __launch_bounds__(128, 1)
   std::uint32_t p[kRows / 16][4];
 #pragma unroll
   for (int kc = 0; kc < kRows / 16; ++kc) {
-    p[kc][0] = mma::pack<__nv_bfloat16>(s[2 * kc][0], s[2 * kc][1]);
-    p[kc][1] = mma::pack<__nv_bfloat16>(s[2 * kc][2], s[2 * kc][3]);
-    p[kc][2] = mma::pack<__nv_bfloat16>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-    p[kc][3] = mma::pack<__nv_bfloat16>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+    p[kc][0] = pack<__nv_bfloat16>(s[2 * kc][0], s[2 * kc][1]);
+    p[kc][1] = pack<__nv_bfloat16>(s[2 * kc][2], s[2 * kc][3]);
+    p[kc][2] = pack<__nv_bfloat16>(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+    p[kc][3] = pack<__nv_bfloat16>(s[2 * kc + 1][2], s[2 * kc + 1][3]);
   }
   float o[kD / 8][4] = {};
   wgmma_fence();
