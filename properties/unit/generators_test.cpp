@@ -14,7 +14,7 @@
 namespace flashcheck {
 namespace {
 
-// The mma.sync family's domain as kernels/mma/mma_common.cuh declares it
+// The mma.sync family's domain as kernels/common/launch.cuh declares it (kMmaCapabilities)
 // (kMmaCapabilities; a CUDA header, so copied here for the host build).
 constexpr Capabilities kMmaLikeCapabilities = {
     .dtypes = {DType::f16, DType::bf16},
