@@ -2,8 +2,8 @@
 records in reports/testdata, on doctored copies with planted regressions, and
 on empty, torn and foreign input. Usage: report_test.py PATH/TO/flashcheck
 
-Exits 77 (ctest's SKIP) where no Python with matplotlib can be found: the
-report cannot be drawn there."""
+Exits 77 (ctest's SKIP) where no Python with matplotlib and Jinja2 can be
+found: the report cannot be drawn there."""
 import copy
 import json
 import os
@@ -332,5 +332,8 @@ if __name__ == "__main__":
     PYTHON = python_with_matplotlib()
     if not PYTHON:
         print("SKIP: no Python with matplotlib (apt install python3-matplotlib)")
+        sys.exit(77)
+    if subprocess.run([PYTHON, "-c", "import jinja2"], capture_output=True).returncode != 0:
+        print(f"SKIP: {PYTHON} has matplotlib but no Jinja2, the report's templates (apt install python3-jinja2)")
         sys.exit(77)
     unittest.main(verbosity=2)
