@@ -19,7 +19,7 @@ import os
 import sys
 
 sys.dont_write_bytecode = True  # no __pycache__ left in the source tree (or an installed copy)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))  # the package beside it, through a symlink too
 
 from flashcheck_report import aggregate, load, plots, render  # noqa: E402
 
