@@ -6,8 +6,8 @@ window, and that there is a table of contents.
 
     browser_test.py PATH/TO/flashcheck [SCREENSHOT.png]
 
-Exits 77 (ctest's SKIP) where Chromium or a Python with matplotlib is
-missing."""
+Exits 77 (ctest's SKIP) where Chromium or a Python with matplotlib and Jinja2
+is missing."""
 import os
 import re
 import shutil
@@ -36,7 +36,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         run = subprocess.run([binary, "report", os.path.join(DATA, "accuracy.jsonl"), os.path.join(DATA, "bench.jsonl"),
                               "-o", tmp], capture_output=True, text=True, timeout=300)
-        if run.returncode == 2 and "matplotlib" in run.stderr:
+        if run.returncode == 2 and ("matplotlib" in run.stderr or "Jinja2 is not installed" in run.stderr):
             print(f"SKIP: {run.stderr.strip()}")
             return 77
         if run.returncode != 0:

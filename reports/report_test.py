@@ -2,8 +2,8 @@
 records in reports/testdata, on doctored copies with planted regressions, and
 on empty, torn and foreign input. Usage: report_test.py PATH/TO/flashcheck
 
-Exits 77 (ctest's SKIP) where no Python with matplotlib can be found: the
-report cannot be drawn there."""
+Exits 77 (ctest's SKIP) where no Python with matplotlib and Jinja2 can be
+found: the report cannot be drawn there."""
 import copy
 import json
 import os
@@ -13,9 +13,11 @@ import tempfile
 import unittest
 
 BINARY = sys.argv.pop(1) if len(sys.argv) > 1 else "flashcheck"
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata", "h200-2026-11-21")
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "testdata", "h200-2026-11-21")
 ACCURACY = os.path.join(DATA, "accuracy.jsonl")
 BENCH = os.path.join(DATA, "bench.jsonl")
+PYTHON = None  # the Python that runs report.py (set in __main__)
 
 
 def report(*args):
@@ -164,6 +166,38 @@ class Report(unittest.TestCase):
         self.assertNotIn("x$<b>", page, "the name is escaped")
         self.assertIn("evil$\\frac{x$&lt;b&gt;", page)
 
+    def test_every_name_and_message_is_escaped_in_the_html(self):
+        # A tag that no template writes, planted in every string the page shows.
+        tag = "<x-hostile a='1'>"
+        records = copy.deepcopy(load(ACCURACY))
+        passes = [r for r in records if r.get("verdict") == "pass"]
+        for r in records:
+            r["subject"] += tag
+            r["reproducer"] = r.get("reproducer", "") + tag
+        passes[0].update(verdict="fail", check="o.max_abs" + tag, message="too far" + tag)
+        passes[1].update(schema=2, verdict="deviation", deviation="declared limit" + tag)
+        passes[2].update(schema=3, rows_basis="sampled", every_row_unavailable="no Kokkos" + tag)
+        passes[3]["problem"] += " values=ties" + tag
+        passes[4]["subject_version"], passes[5]["subject_version"] = "v1" + tag, "v2"
+        passes[5]["subject"], passes[5]["dtype"] = passes[4]["subject"], passes[4]["dtype"]
+        bench = copy.deepcopy(load(BENCH))
+        for r in bench:
+            r["device"] = r.get("device", "") + tag
+            if r.get("kind") == "bench":
+                r["subject"] += tag
+        save(self.path("accuracy.jsonl"), records)
+        save(self.path("bench.jsonl"), bench)
+        run = report(self.path("accuracy.jsonl"), self.path("bench.jsonl"), "-o", self.path("out"),
+                     "--title", "title" + tag, "--baseline", self.path("accuracy.jsonl"))
+        self.assertEqual(run.returncode, 0, run.stderr)
+        with open(os.path.join(self.path("out"), "report.html"), encoding="utf-8") as f:
+            page = f.read()
+        self.assertNotIn("<x-hostile", page)
+        shown = page.count("&lt;x-hostile a=&#39;1&#39;&gt;")
+        for planted in ("title", "o.max_abs", "declared limit", "no Kokkos", "ties", "v1"):
+            self.assertIn(planted + "&lt;x-hostile", page, planted)
+        self.assertGreater(shown, len({r["subject"] for r in records}) + len(bench), "the names are shown, escaped")
+
     def test_every_kind_of_record_follows_the_schema(self):
         # Written here: run (a pass, an unsupported case) and a fuzz sweep;
         # from the H200 testdata: bench timings and ceilings; as the sweep
@@ -262,6 +296,17 @@ class Report(unittest.TestCase):
             self.assertIn("1 verdict(s) rest on sampled rows: the every-row check was asked for and could not run "
                           "(the Kokkos reference cannot run on a GPU here: X)", f.read())
 
+    def test_without_jinja2_the_report_says_so_in_one_line(self):
+        # report.py run as the CLI runs it, in a Python where `import jinja2` fails.
+        hide = ("import runpy, sys; sys.modules['jinja2'] = None; sys.argv = sys.argv[1:]; "
+                "runpy.run_path(sys.argv[0], run_name='__main__')")
+        run = subprocess.run([PYTHON, "-c", hide, os.path.join(HERE, "report.py"), ACCURACY, "-o", self.path("out")],
+                             capture_output=True, text=True, timeout=300)
+        self.assertEqual(run.returncode, 2, run.stderr)
+        self.assertEqual(len(run.stderr.strip().splitlines()), 1, run.stderr)
+        self.assertIn("Jinja2 is not installed", run.stderr)
+        self.assertFalse(os.path.exists(self.path("out")), "nothing written")
+
     def test_records_of_another_version_are_refused_in_one_line(self):
         records = load(ACCURACY)[:3]
         records[1]["schema"] = 4
@@ -273,17 +318,22 @@ class Report(unittest.TestCase):
 
 
 def python_with_matplotlib():
+    """The Python that `flashcheck report` picks (cli/report.cpp), or None."""
     for python in filter(None, [os.environ.get("FLASHCHECK_PYTHON"), "python3", "/usr/bin/python3"]):
         try:
             if subprocess.run([python, "-c", "import matplotlib"], capture_output=True).returncode == 0:
-                return True
+                return python
         except OSError:
             pass
-    return False
+    return None
 
 
 if __name__ == "__main__":
-    if not python_with_matplotlib():
+    PYTHON = python_with_matplotlib()
+    if not PYTHON:
         print("SKIP: no Python with matplotlib (apt install python3-matplotlib)")
+        sys.exit(77)
+    if subprocess.run([PYTHON, "-c", "import jinja2"], capture_output=True).returncode != 0:
+        print(f"SKIP: {PYTHON} has matplotlib but no Jinja2, the report's templates (apt install python3-jinja2)")
         sys.exit(77)
     unittest.main(verbosity=2)

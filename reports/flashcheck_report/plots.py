@@ -1,0 +1,156 @@
+"""The report's plots (matplotlib, Agg): error histograms per subject and
+dtype, error against shape, values and mask, and speed against the machine's
+ceilings; each a PNG as base64, for the HTML to inline."""
+import base64
+import collections
+import io
+import math
+import statistics
+
+from .load import problem_fields
+
+
+def png(figure):
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+    plt.close(figure)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def plain(text):
+    """A name or message drawn as it is: a dollar sign escaped, so that no
+    math text is parsed ($...$ in a subject's name made matplotlib raise).
+    (Turning math text off for the whole figure broke the log axes' labels.)"""
+    return str(text).replace("$", r"\$")
+
+
+def histogram_grid(groups, kind):
+    import matplotlib.pyplot as plt
+    panels = [g for g in groups.values() if g["hist" if kind == "abs" else "ulp"]]
+    if not panels:
+        return None
+    columns = 4
+    rows = math.ceil(len(panels) / columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(4 * columns, 2.8 * rows), squeeze=False)
+    labels_abs = ["0", "<1e-16"] + [f"1e{i - 16}" for i in range(20)] + [">=1e4"]
+    labels_ulp = ["0", "<2^-8"] + [f"2^{i - 8}" for i in range(28)] + [">=2^20"]
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    for ax, g in zip(axes.flat, panels):
+        # The subject last and thickest, so that the baseline and the peer never hide it.
+        series = [("same-precision baseline", g["base_hist"] if kind == "abs" else g["base_ulp"], "C1", 1.0, 2),
+                  ("cuDNN (peer)", g["peer_hist"] if kind == "abs" else g["peer_ulp"], "C2", 1.0, 3),
+                  ("subject", g["hist"] if kind == "abs" else g["ulp"], "C0", 1.8, 4)]
+        for label, counts, color, width, order in series:
+            if not counts or not sum(counts):
+                continue
+            total = sum(counts)
+            ax.step(range(len(counts)), [c / total for c in counts], where="mid", label=label, color=color,
+                    linewidth=width, zorder=order)
+        labels = labels_abs if kind == "abs" else labels_ulp
+        ticks = list(range(0, len(labels), 4))
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([labels[t] for t in ticks], fontsize=7, rotation=45)
+        ax.set_title(plain(f"{g['subject']} ({g['dtype']}, {g['cases']} cases)"), fontsize=9)
+        ax.set_ylabel("fraction of elements", fontsize=7)
+        ax.tick_params(axis="y", labelsize=7)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    for ax in axes.flat[1:len(panels)]:
+        for h, l in zip(*ax.get_legend_handles_labels()):
+            if l not in labels:
+                handles.append(h)
+                labels.append(l)
+    # Title, then legend, then the panels: each in a band of its own (the
+    # suptitle used to overlap the top row).
+    top = 1 - 0.75 / (2.8 * rows)
+    figure.suptitle("|error| against f64 (log10 bins)" if kind == "abs" else "ULP error in the output dtype (log2 bins)",
+                    y=0.995, va="top")
+    figure.legend(handles, labels, loc="upper center", ncol=3, bbox_to_anchor=(0.5, top + 0.3 / (2.8 * rows)))
+    figure.tight_layout(rect=(0, 0, 1, top - 0.05 / rows))
+    return png(figure)
+
+
+def bucket_of(fields, axis):
+    try:
+        if axis == "seqlen_kv":
+            n = int(fields.get("skv", "0"))
+            return 2 ** round(math.log2(n)) if n > 0 else None  # no keys: nothing to plot on a log axis
+        if axis == "head_dim":
+            return int(fields.get("d", "0"))
+        if axis == "values":
+            return fields.get("values", "?").split("(")[0]
+        if axis == "mask":
+            return fields.get("mask", "none")
+    except ValueError:
+        return None
+    return None
+
+
+def drift_plots(groups):
+    """Relative O RMSE (RMSE / RMS of the reference) per case against sequence
+    length, head dim, value distribution and mask: the median per bucket, a
+    line per subject, one figure per dtype."""
+    import matplotlib.pyplot as plt
+    images = []
+    dtypes = sorted({g["dtype"] for g in groups.values() if g["per_case"]})
+    for dtype in dtypes:
+        subjects = [g for g in groups.values() if g["dtype"] == dtype and len(g["per_case"]) >= 3]
+        if not subjects:
+            continue
+        figure, axes = plt.subplots(1, 4, figsize=(18, 3.6))
+        for ax, axis in zip(axes, ("seqlen_kv", "head_dim", "values", "mask")):
+            categorical = axis in ("values", "mask")
+            categories = sorted({bucket_of(f, axis) for g in subjects for f, _ in g["per_case"]} - {None}, key=str)
+            for g in subjects:
+                buckets = collections.defaultdict(list)
+                for fields, value in g["per_case"]:
+                    b = bucket_of(fields, axis)
+                    if b is not None and value > 0:
+                        buckets[b].append(value)
+                keys = [k for k in (categories if categorical else sorted(buckets)) if k in buckets]
+                if not keys:
+                    continue
+                xs = [categories.index(k) for k in keys] if categorical else keys
+                # Categories are not joined by lines: there is nothing between two of them.
+                ax.plot(xs, [statistics.median(buckets[k]) for k in keys], marker="o", markersize=4 if categorical else 3,
+                        linestyle="none" if categorical else "-", label=plain(g["subject"]))
+            ax.set_yscale("log")
+            if categorical:
+                ax.set_xticks(range(len(categories)))
+                ax.set_xticklabels([plain(c) for c in categories], rotation=45, fontsize=7, ha="right")
+            elif axis == "seqlen_kv":
+                ax.set_xscale("log", base=2)
+            ax.set_title(f"against {axis.replace('_', ' ')}", fontsize=9)
+            ax.set_ylabel("median relative O RMSE", fontsize=7)
+        axes[0].legend(fontsize=6, loc="best")
+        figure.suptitle(f"error against shape, values and mask: {dtype}")
+        figure.tight_layout(rect=(0, 0, 1, 0.92))
+        images.append((dtype, png(figure)))
+    return images
+
+
+def bench_plot(rows):
+    import matplotlib.pyplot as plt
+    problems = sorted({r["problem"] for r in rows})
+    if not problems:
+        return None
+    columns = 2
+    n_rows = math.ceil(len(problems) / columns)
+    figure, axes = plt.subplots(n_rows, columns, figsize=(16, 3.2 * n_rows), squeeze=False)
+    for ax in axes.flat[len(problems):]:
+        ax.axis("off")
+    for ax, problem in zip(axes.flat, problems):
+        mine = sorted((r for r in rows if r["problem"] == problem), key=lambda r: -r["median_ms"])
+        memory = mine[0].get("bound") == "memory"
+        values = [100 * (r["fraction_of_copy"] if memory else r["fraction_of_gemm"]) for r in mine]
+        colors = ["C2" if r["subject"] == "cudnn" else "C0" for r in mine]
+        ax.barh([plain(r["subject"]) for r in mine], values, color=colors)
+        ax.set_xlabel(f"% of the measured {'copy bandwidth' if memory else 'GEMM peak'}", fontsize=7)
+        ax.tick_params(labelsize=7)
+        fields = problem_fields(problem)
+        short = " ".join(f"{k}={fields[k]}" for k in ("b", "hq", "hkv", "sq", "skv", "d", "dtype", "mask") if k in fields)
+        ax.set_title(plain(short), fontsize=8)
+    figure.suptitle("speed as a fraction of this machine's measured ceilings (cuDNN in green)")
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.4 / (3.2 * n_rows)))
+    return png(figure)
