@@ -9,6 +9,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "oracles/kokkos/kokkos_attention.hpp"
 
@@ -284,6 +285,22 @@ struct RoundToWorking {
     values.data[index] = ka::round_working(working, values.data[index]);
   }
 };
+
+// Every kernel holds DeviceArrays, never a View (kokkos_attention.hpp says why):
+// a View is not trivially copyable, so one put back into a kernel fails here,
+// in the host-only build (CI) too.
+template <class Space>
+constexpr bool kernels_hold_no_view =
+    std::is_trivially_copyable_v<ka::TiledOnlineSoftmax<Space, double>> &&
+    std::is_trivially_copyable_v<ka::TiledOnlineSoftmax<Space, float>> &&
+    std::is_trivially_copyable_v<ka::PlainRoundedAttention<Space>> &&
+    std::is_trivially_copyable_v<DecodeTensor<Space, double>> && std::is_trivially_copyable_v<DecodeTensor<Space, float>> &&
+    std::is_trivially_copyable_v<MarkFiniteRows<Space, double>> &&
+    std::is_trivially_copyable_v<MarkFiniteRows<Space, float>> && std::is_trivially_copyable_v<RoundToWorking<Space>>;
+static_assert(kernels_hold_no_view<Kokkos::DefaultHostExecutionSpace>, "a Kokkos kernel holds a View");
+#ifdef KOKKOS_ENABLE_CUDA
+static_assert(kernels_hold_no_view<Kokkos::Cuda>, "a Kokkos kernel holds a View");
+#endif
 
 template <class Space>
 AttentionRows plain_rounded(const Problem& p, const Inputs& in, const RowSet& rows, DType working) {
