@@ -63,7 +63,7 @@ void add_fuzz(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   add_require_gpu(*command, options->require_gpu);
   add_max_memory(*command);
-  auto every_row = std::make_shared<EveryRowMode>(EveryRowMode::off);  // docs/kokkos-cuda.md: the GPU path faults
+  auto every_row = std::make_shared<EveryRowMode>(EveryRowMode::automatic);
   add_every_row(*command, *every_row);
   command->footer(
       "Example: flashcheck fuzz -s all --minutes 10 --seed 20261121 --out build/sweep10\n"

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "flashcheck/oracles/kokkos/kokkos_attention.hpp"
 
@@ -87,10 +88,10 @@ ka::StorageCode storage_code(DType dtype) {
 // (every position when `position` is empty).
 template <class Space, class Acc>
 struct DecodeTensor {
-  Kokkos::View<Acc****, Kokkos::LayoutRight, Space> out;
-  Kokkos::View<const std::uint16_t*, Space> half_bits;
-  Kokkos::View<const float*, Space> single;
-  Kokkos::View<const std::int64_t*, Space> position;
+  ka::DeviceArray<Acc, 4> out;
+  ka::DeviceArray<const std::uint16_t, 1> half_bits;
+  ka::DeviceArray<const float, 1> single;
+  ka::DeviceArray<const std::int64_t, 1> position;  // empty: row r is position r
   ka::StorageCode code;
   bool bshd;
   std::int64_t heads, seqlen, dim;
@@ -110,13 +111,13 @@ struct DecodeTensor {
 // Per (batch, kv head, key): whether that V row is all finite.
 template <class Space, class Acc>
 struct MarkFiniteRows {
-  Kokkos::View<const Acc****, Kokkos::LayoutRight, Space> v;
-  Kokkos::View<int*, Space> finite;
+  ka::DeviceArray<const Acc, 4> v;
+  ka::DeviceArray<int, 1> finite;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t index) const {
     const std::int64_t keys = v.extent(2), heads = v.extent(1);
     const std::int64_t j = index % keys, hk = index / keys % heads, b = index / (keys * heads);
     int all = 1;
-    for (std::size_t c = 0; c < v.extent(3); ++c) {
+    for (std::int64_t c = 0; c < v.extent(3); ++c) {
       const Acc x = v(b, hk, j, c);
       all = all && (x - x == x - x);  // false for NaN and +-Inf
     }
@@ -124,28 +125,33 @@ struct MarkFiniteRows {
   }
 };
 
-// A host tensor's storage in the space's memory, decoded to Acc.
+// A host tensor's storage in the space's memory, decoded to Acc. The raw copy
+// lives until the decoding kernel is done (the space is fenced before return).
 template <class Space, class Acc>
 Kokkos::View<Acc****, Kokkos::LayoutRight, Space> stage(const HostTensor& tensor, const char* label,
                                                         Kokkos::View<const std::int64_t*, Space> position,
                                                         std::int64_t rows) {
   Kokkos::View<Acc****, Kokkos::LayoutRight, Space> out(std::string(label), extent(tensor.batch()), extent(tensor.heads()), extent(rows),
                                                         extent(tensor.dim()));
-  DecodeTensor<Space, Acc> decode{out, {}, {}, position, storage_code(tensor.dtype()), tensor.layout() == Layout::bshd,
+  DecodeTensor<Space, Acc> decode{ka::device_array<Acc>(out), {}, {}, ka::device_array<const std::int64_t>(position),
+                                  storage_code(tensor.dtype()), tensor.layout() == Layout::bshd,
                                   tensor.heads(), tensor.seqlen(), tensor.dim()};
   const auto elements = static_cast<std::size_t>(tensor.size());
+  Kokkos::View<float*, Space> raw_single;
+  Kokkos::View<std::uint16_t*, Space> raw_half;
   if (tensor.dtype() == DType::f32) {
-    Kokkos::View<float*, Space> raw("raw", elements);
-    Kokkos::deep_copy(raw, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
-                               static_cast<const float*>(tensor.data()), elements));
-    decode.single = raw;
+    raw_single = Kokkos::View<float*, Space>("raw", elements);
+    Kokkos::deep_copy(raw_single, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                      static_cast<const float*>(tensor.data()), elements));
+    decode.single = ka::device_array<const float>(raw_single);
   } else {
-    Kokkos::View<std::uint16_t*, Space> raw("raw", elements);
-    Kokkos::deep_copy(raw, Kokkos::View<const std::uint16_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
-                               static_cast<const std::uint16_t*>(tensor.data()), elements));
-    decode.half_bits = raw;
+    raw_half = Kokkos::View<std::uint16_t*, Space>("raw", elements);
+    Kokkos::deep_copy(raw_half, Kokkos::View<const std::uint16_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                    static_cast<const std::uint16_t*>(tensor.data()), elements));
+    decode.half_bits = ka::device_array<const std::uint16_t>(raw_half);
   }
   Kokkos::parallel_for("flashcheck::kokkos::decode", Kokkos::RangePolicy<Space>(0, out.size()), decode);
+  Space().fence();
   return out;
 }
 
@@ -211,24 +217,31 @@ AttentionRows online_softmax(const Problem& p, const Inputs& in, const RowSet& r
   if (nrows == 0 || p.batch == 0) return out;
 
   const RowGeometry<Space> geometry(p, rows);
-  // Copies of the handles, so that the device lambdas capture views, not the struct.
+  // The rows' positions and the per-sequence lengths, in the space's memory.
   const Kokkos::View<std::int64_t*, Space> position = geometry.position, len_q = geometry.len_q,
                                            len_kv = geometry.len_kv;
 
+  // The Views own the memory until the end of this function; the kernels get
+  // DeviceArrays of them (kokkos_attention.hpp says why).
   auto kernel = make_kernel<Space, Acc>(p, nrows, tiling);
-  kernel.q = stage<Space, Acc>(in.q, "q", position, nrows);
-  kernel.k = stage<Space, Acc>(in.k, "k", {}, p.seqlen_kv);
-  kernel.v = stage<Space, Acc>(in.v, "v", {}, p.seqlen_kv);
+  const auto q = stage<Space, Acc>(in.q, "q", position, nrows);
+  const auto k = stage<Space, Acc>(in.k, "k", {}, p.seqlen_kv);
+  const auto v = stage<Space, Acc>(in.v, "v", {}, p.seqlen_kv);
+  kernel.q = ka::device_array<const Acc>(q);
+  kernel.k = ka::device_array<const Acc>(k);
+  kernel.v = ka::device_array<const Acc>(v);
   Kokkos::View<int*, Space> v_row_finite("v_row_finite", extent(p.batch * p.heads_kv * p.seqlen_kv));
   Kokkos::parallel_for("flashcheck::kokkos::finite_rows", Kokkos::RangePolicy<Space>(0, v_row_finite.size()),
-                       MarkFiniteRows<Space, Acc>{kernel.v, v_row_finite});
-  kernel.v_row_finite = v_row_finite;
-  kernel.position = position;
-  kernel.len_q = len_q;
-  kernel.len_kv = len_kv;
-  kernel.o = typename decltype(kernel)::Tensor("o", extent(p.batch), extent(p.heads_q), extent(nrows),
-                                                        extent(p.head_dim_v));
-  kernel.lse = Kokkos::View<Acc***, Kokkos::LayoutRight, Space>("lse", extent(p.batch), extent(p.heads_q), extent(nrows));
+                       MarkFiniteRows<Space, Acc>{kernel.v, ka::device_array<int>(v_row_finite)});
+  kernel.v_row_finite = ka::device_array<const int>(v_row_finite);
+  kernel.position = ka::device_array<const std::int64_t>(position);
+  kernel.len_q = ka::device_array<const std::int64_t>(len_q);
+  kernel.len_kv = ka::device_array<const std::int64_t>(len_kv);
+  const Kokkos::View<Acc****, Kokkos::LayoutRight, Space> o("o", extent(p.batch), extent(p.heads_q), extent(nrows),
+                                                            extent(p.head_dim_v));
+  const Kokkos::View<Acc***, Kokkos::LayoutRight, Space> lse("lse", extent(p.batch), extent(p.heads_q), extent(nrows));
+  kernel.o = ka::device_array<Acc>(o);
+  kernel.lse = ka::device_array<Acc>(lse);
 
   Kokkos::TeamPolicy<Space> policy(kernel.league_size(), static_cast<int>(tiling.team_size));
   const int team_max = policy.team_size_max(kernel, Kokkos::ParallelForTag());
@@ -241,13 +254,13 @@ AttentionRows online_softmax(const Problem& p, const Inputs& in, const RowSet& r
   if constexpr (std::is_same_v<Acc, double>) {
     Kokkos::deep_copy(Kokkos::View<double****, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
                           out.o.data(), extent(p.batch), extent(p.heads_q), extent(nrows), extent(p.head_dim_v)),
-                      kernel.o);
+                      o);
     Kokkos::deep_copy(Kokkos::View<double***, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
                           out.lse.data(), extent(p.batch), extent(p.heads_q), extent(nrows)),
-                      kernel.lse);
+                      lse);
   } else {
-    auto o_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), kernel.o);
-    auto lse_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), kernel.lse);
+    auto o_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), o);
+    auto lse_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), lse);
     for (std::int64_t b = 0; b < p.batch; ++b)
       for (std::int64_t h = 0; h < p.heads_q; ++h)
         for (std::int64_t r = 0; r < nrows; ++r) {
@@ -266,13 +279,28 @@ AttentionRows online_softmax(const Problem& p, const Inputs& in, const RowSet& r
 // Rounds every element of a float view to the working dtype.
 template <class Space>
 struct RoundToWorking {
-  Kokkos::View<float****, Kokkos::LayoutRight, Space> values;
+  ka::DeviceArray<float, 4> values;
   ka::StorageCode working;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t index) const {
-    float* data = values.data();
-    data[index] = ka::round_working(working, data[index]);
+    values.data[index] = ka::round_working(working, values.data[index]);
   }
 };
+
+// Every kernel holds DeviceArrays, never a View (kokkos_attention.hpp says why):
+// a View is not trivially copyable, so one put back into a kernel fails here,
+// in the host-only build (CI) too.
+template <class Space>
+constexpr bool kernels_hold_no_view =
+    std::is_trivially_copyable_v<ka::TiledOnlineSoftmax<Space, double>> &&
+    std::is_trivially_copyable_v<ka::TiledOnlineSoftmax<Space, float>> &&
+    std::is_trivially_copyable_v<ka::PlainRoundedAttention<Space>> &&
+    std::is_trivially_copyable_v<DecodeTensor<Space, double>> && std::is_trivially_copyable_v<DecodeTensor<Space, float>> &&
+    std::is_trivially_copyable_v<MarkFiniteRows<Space, double>> &&
+    std::is_trivially_copyable_v<MarkFiniteRows<Space, float>> && std::is_trivially_copyable_v<RoundToWorking<Space>>;
+static_assert(kernels_hold_no_view<Kokkos::DefaultHostExecutionSpace>, "a Kokkos kernel holds a View");
+#ifdef KOKKOS_ENABLE_CUDA
+static_assert(kernels_hold_no_view<Kokkos::Cuda>, "a Kokkos kernel holds a View");
+#endif
 
 template <class Space>
 AttentionRows plain_rounded(const Problem& p, const Inputs& in, const RowSet& rows, DType working) {
@@ -280,7 +308,7 @@ AttentionRows plain_rounded(const Problem& p, const Inputs& in, const RowSet& ro
   AttentionRows out(p, rows);
   if (nrows == 0 || p.batch == 0) return out;
   const RowGeometry<Space> geometry(p, rows);
-  // Copies of the handles, so that the device lambdas capture views, not the struct.
+  // The rows' positions and the per-sequence lengths, in the space's memory.
   const Kokkos::View<std::int64_t*, Space> position = geometry.position, len_q = geometry.len_q,
                                            len_kv = geometry.len_kv;
   ka::PlainRoundedAttention<Space> kernel;
@@ -296,22 +324,27 @@ AttentionRows plain_rounded(const Problem& p, const Inputs& in, const RowSet& ro
   auto v = stage<Space, float>(in.v, "v", {}, p.seqlen_kv);
   for (auto* tensor : {&q, &k, &v})
     Kokkos::parallel_for("flashcheck::kokkos::round_inputs", Kokkos::RangePolicy<Space>(0, tensor->size()),
-                         RoundToWorking<Space>{*tensor, kernel.working});
-  kernel.q = q;
-  kernel.k = k;
-  kernel.v = v;
-  kernel.position = position;
-  kernel.len_q = len_q;
-  kernel.len_kv = len_kv;
+                         RoundToWorking<Space>{ka::device_array<float>(*tensor), kernel.working});
+  // The Views own the memory until the end of this function; the kernel gets
+  // DeviceArrays of them (kokkos_attention.hpp says why).
+  kernel.q = ka::device_array<const float>(q);
+  kernel.k = ka::device_array<const float>(k);
+  kernel.v = ka::device_array<const float>(v);
+  kernel.position = ka::device_array<const std::int64_t>(position);
+  kernel.len_q = ka::device_array<const std::int64_t>(len_q);
+  kernel.len_kv = ka::device_array<const std::int64_t>(len_kv);
   const std::int64_t row_count = p.batch * p.heads_q * nrows;
-  kernel.accumulator = Kokkos::View<float*, Space>("accumulator", extent(row_count * p.head_dim_v));
-  kernel.o = Kokkos::View<float****, Kokkos::LayoutRight, Space>("o", extent(p.batch), extent(p.heads_q), extent(nrows),
-                                                                 extent(p.head_dim_v));
-  kernel.lse = Kokkos::View<float***, Kokkos::LayoutRight, Space>("lse", extent(p.batch), extent(p.heads_q), extent(nrows));
+  const Kokkos::View<float*, Space> accumulator("accumulator", extent(row_count * p.head_dim_v));
+  const Kokkos::View<float****, Kokkos::LayoutRight, Space> o("o", extent(p.batch), extent(p.heads_q), extent(nrows),
+                                                              extent(p.head_dim_v));
+  const Kokkos::View<float***, Kokkos::LayoutRight, Space> lse("lse", extent(p.batch), extent(p.heads_q), extent(nrows));
+  kernel.accumulator = ka::device_array<float>(accumulator);
+  kernel.o = ka::device_array<float>(o);
+  kernel.lse = ka::device_array<float>(lse);
   Kokkos::parallel_for("flashcheck::kokkos::plain_rounded", Kokkos::RangePolicy<Space>(0, row_count), kernel);
   Kokkos::fence();
-  auto o_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), kernel.o);
-  auto lse_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), kernel.lse);
+  auto o_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), o);
+  auto lse_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), lse);
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t h = 0; h < p.heads_q; ++h)
       for (std::int64_t r = 0; r < nrows; ++r) {

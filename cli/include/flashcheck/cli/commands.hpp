@@ -93,7 +93,7 @@ struct RunOptions {
   bool require_gpu = false;  // an unavailable subject is a failure
   // off until the GPU path is fixed (docs/kokkos-cuda.md: on the H100 every
   // device call faulted, 2026-11-25); auto is the intended default.
-  EveryRowMode every_row = EveryRowMode::off;
+  EveryRowMode every_row = EveryRowMode::automatic;
 };
 int run_cases(const RunOptions& options);
 

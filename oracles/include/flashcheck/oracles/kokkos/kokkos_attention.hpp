@@ -22,6 +22,15 @@
 // space's memory (L1/L2 on a GPU: each element is reused by every micro-tile of
 // its row or key). On Serial a team is one thread that runs every micro-tile
 // in turn: the same code, and the same arithmetic per row.
+//
+// A kernel's inputs and outputs are DeviceArrays (a pointer and its extents),
+// never Kokkos Views: nvcc 13 with C++20 lays out a rank-1 View (Kokkos 4.6's
+// mdspan, with [[no_unique_address]]) differently in host and device code (40
+// against 32 bytes for View<const int*, Cuda>), so a functor holding one,
+// built on the host and read on the device, reads every later member at the
+// wrong offset (docs/kokkos-cuda.md). Views own the memory on the host side
+// (kokkos_reference.cpp); only team scratch, made and used on the device, is
+// a View.
 #pragma once
 
 #include <Kokkos_Core.hpp>
@@ -31,6 +40,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace flashcheck::kokkos_attention {
 
@@ -102,6 +112,44 @@ struct Geometry {
   std::int64_t head_dim = 0, head_dim_v = 0, seqlen_kv = 0;
 };
 
+/// A row-major array in an execution space's memory, as a kernel receives it:
+/// its pointer and extents, plain data with one layout in host and device
+/// code (see the top of this file). The View that owns the memory outlives
+/// every kernel that reads it.
+template <class T, int Rank>
+struct DeviceArray {
+  static_assert(Rank >= 1 && Rank <= 4, "DeviceArray: rank 1 to 4");
+  T* data = nullptr;
+  std::int64_t extents[Rank] = {};
+
+  KOKKOS_INLINE_FUNCTION std::int64_t extent(int dimension) const { return extents[dimension]; }
+  KOKKOS_INLINE_FUNCTION std::int64_t size() const {
+    std::int64_t n = 1;
+    for (int r = 0; r < Rank; ++r) n *= extents[r];
+    return n;
+  }
+  KOKKOS_INLINE_FUNCTION T& operator()(std::int64_t i) const { return data[i]; }
+  KOKKOS_INLINE_FUNCTION T& operator()(std::int64_t i, std::int64_t j) const { return data[i * extents[1] + j]; }
+  KOKKOS_INLINE_FUNCTION T& operator()(std::int64_t i, std::int64_t j, std::int64_t k) const {
+    return data[(i * extents[1] + j) * extents[2] + k];
+  }
+  KOKKOS_INLINE_FUNCTION T& operator()(std::int64_t i, std::int64_t j, std::int64_t k, std::int64_t l) const {
+    return data[((i * extents[1] + j) * extents[2] + k) * extents[3] + l];
+  }
+};
+
+/// The DeviceArray of a contiguous LayoutRight (or rank-1) View; an empty View
+/// gives a null pointer and zero extents.
+template <class T, class View>
+DeviceArray<T, static_cast<int>(View::rank)> device_array(const View& view) {
+  static_assert(std::is_same_v<typename View::array_layout, Kokkos::LayoutRight> || View::rank == 1,
+                "device_array: a row-major View");
+  DeviceArray<T, static_cast<int>(View::rank)> array;
+  array.data = view.data();
+  for (int r = 0; r < static_cast<int>(View::rank); ++r) array.extents[r] = static_cast<std::int64_t>(view.extent(r));
+  return array;
+}
+
 template <class Space, class Acc>
 struct TiledOnlineSoftmax {
   using Policy = Kokkos::TeamPolicy<Space>;
@@ -109,19 +157,19 @@ struct TiledOnlineSoftmax {
   using ScratchSpace = typename Space::scratch_memory_space;
   template <class T>
   using ScratchArray = Kokkos::View<T*, ScratchSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  using Tensor = Kokkos::View<Acc****, Kokkos::LayoutRight, Space>;
-  using ConstTensor = Kokkos::View<const Acc****, Kokkos::LayoutRight, Space>;
+  using Tensor = DeviceArray<Acc, 4>;
+  using ConstTensor = DeviceArray<const Acc, 4>;
 
   // Register micro-tiles: S as rows x keys, O as rows x columns.
   static constexpr std::int64_t kMicroRows = 4, kMicroKeys = 4, kMicroCols = 8;
 
   ConstTensor q;  // [batch][heads][rows][d]: the computed rows only
   ConstTensor k, v;  // [batch][heads_kv][seqlen_kv][d or dv]
-  Kokkos::View<const int*, Space> v_row_finite;  // [(batch heads_kv + hk) seqlen_kv + j]: V row j all finite
+  DeviceArray<const int, 1> v_row_finite;  // [(batch heads_kv + hk) seqlen_kv + j]: V row j all finite
   Tensor o;  // [batch][heads][rows][dv]
-  Kokkos::View<Acc***, Kokkos::LayoutRight, Space> lse;  // [batch][heads][rows]
-  Kokkos::View<const std::int64_t*, Space> position;  // row -> query position
-  Kokkos::View<const std::int64_t*, Space> len_q, len_kv;  // per batch
+  DeviceArray<Acc, 3> lse;  // [batch][heads][rows]
+  DeviceArray<const std::int64_t, 1> position;  // row -> query position
+  DeviceArray<const std::int64_t, 1> len_q, len_kv;  // per batch
   Geometry g;
   MaskSpec mask;
   Acc scale = 1;
@@ -420,12 +468,12 @@ KOKKOS_INLINE_FUNCTION float round_working(StorageCode working, float x) {
 
 template <class Space>
 struct PlainRoundedAttention {
-  using Tensor = Kokkos::View<const float****, Kokkos::LayoutRight, Space>;
+  using Tensor = DeviceArray<const float, 4>;
   Tensor q, k, v;  // rounded to the working dtype already; q holds the computed rows
-  Kokkos::View<float****, Kokkos::LayoutRight, Space> o;
-  Kokkos::View<float***, Kokkos::LayoutRight, Space> lse;
-  Kokkos::View<const std::int64_t*, Space> position, len_q, len_kv;
-  Kokkos::View<float*, Space> accumulator;  // [row][dv]: each row's f32 sums of P V
+  DeviceArray<float, 4> o;
+  DeviceArray<float, 3> lse;
+  DeviceArray<const std::int64_t, 1> position, len_q, len_kv;
+  DeviceArray<float, 1> accumulator;  // [row][dv]: each row's f32 sums of P V
   Geometry g;
   MaskSpec mask;
   StorageCode working = StorageCode::f32;
