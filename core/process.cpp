@@ -42,9 +42,11 @@ struct Registry {
   bool subreaper = false;
 };
 
+/// Never destroyed: children are killed from destructors of other statics
+/// (the subject registry's external workers), in any order at exit.
 Registry& registry() {
-  static Registry instance;
-  return instance;
+  static Registry* const instance = new Registry;
+  return *instance;
 }
 
 template <typename Call>
