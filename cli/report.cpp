@@ -1,8 +1,5 @@
 // `flashcheck report`: finds a Python with matplotlib and hands the records to
 // reports/report.py, whose exit code it returns.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <fmt/core.h>
 
 #include <cstdlib>
@@ -11,31 +8,32 @@
 #include <stdexcept>
 
 #include "flashcheck/cli/commands.hpp"
+#include "flashcheck/core/process.hpp"
 
 namespace flashcheck::cli {
 
 namespace {
 
 /// Runs argv (PATH searched) and waits; its exit status, or -1 when it could
-/// not run or died of a signal. `quiet` sends its output to /dev/null.
+/// not run or died of a signal. `quiet` sends its output to /dev/null. It
+/// stays in this process's group, so that Ctrl-C at a terminal reaches it,
+/// and dies with flashcheck.
 int run_and_wait(const std::vector<std::string>& argv, bool quiet) {
   std::fflush(stdout);
-  const pid_t pid = ::fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    if (quiet) {
-      std::freopen("/dev/null", "w", stdout);
-      std::freopen("/dev/null", "w", stderr);
-    }
-    std::vector<char*> args;
-    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    ::_exit(127);
+  ProcessOptions options;
+  options.argv = argv;
+  options.own_group = false;
+  if (quiet) {
+    options.out = Redirect::null();
+    options.err = Redirect::null();
   }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  try {
+    Process child(options);
+    const std::optional<ExitStatus> status = child.wait_for(-1);
+    return status && status->exited() ? status->code() : -1;
+  } catch (const ProcessError&) {
+    return -1;
+  }
 }
 
 /// $FLASHCHECK_PYTHON, else the first of python3 (PATH) and /usr/bin/python3

@@ -118,8 +118,11 @@ RunResult ExternalSubject::run(const Problem& problem, const Inputs& inputs) {
                                 reply["id"].dump(), reply.contains("status") ? reply["status"].dump() : "(none)"));
     // The outputs: exactly the dtype and shape the problem asks for.
     result.outputs = make_outputs(problem);
-    const NpyArray o = read_npy(client_->dir() / "o.npy");
     HostTensor& out = result.outputs.o;
+    // Read under the reply's watchdog, and refused by its size before reading
+    // past 8 bytes an element (a wrong dtype still gets its own message).
+    const NpyArray o = read_npy(client_->dir() / "o.npy",
+                                {static_cast<std::uintmax_t>(out.size()) * 8, client_->deadline()});
     if (o.descr != npy_descr(problem.dtype) || o.shape != storage_shape(out))
       throw WorkerFailure(fmt::format("external worker '{}' returned O as '{}' {}, but the problem needs '{}' {} ({}{})",
                                       spec_.name, o.descr, shape_text(o.shape), npy_descr(problem.dtype),
@@ -127,8 +130,9 @@ RunResult ExternalSubject::run(const Problem& problem, const Inputs& inputs) {
                                       problem.dtype == DType::bf16 ? " as its bit pattern" : ""));
     std::copy(o.bytes.begin(), o.bytes.end(), static_cast<char*>(out.data()));
     if (caps_.lse) {
-      const NpyArray lse = read_npy(client_->dir() / "lse.npy");
       const std::vector<std::int64_t> want{problem.batch, problem.heads_q, problem.seqlen_q};
+      const NpyArray lse = read_npy(client_->dir() / "lse.npy",
+                                    {static_cast<std::uintmax_t>(want[0] * want[1] * want[2]) * 8, client_->deadline()});
       if (lse.descr != "<f4" || lse.shape != want)
         throw WorkerFailure(fmt::format("external worker '{}' returned LSE as '{}' {}, but the problem needs '<f4' {}",
                                         spec_.name, lse.descr, shape_text(lse.shape), shape_text(want)));

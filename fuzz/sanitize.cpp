@@ -3,10 +3,7 @@
 // A finding (the tool's --error-exitcode) becomes a failed record carrying the
 // tool's first report lines; the records, the corpus and resume are the
 // sweep's own.
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fmt/core.h>
@@ -26,6 +23,7 @@
 #include "flashcheck/fuzz/fuzz.hpp"
 #include "flashcheck/fuzz/sweep_parts.hpp"
 #include "flashcheck/judge/judge.hpp"
+#include "flashcheck/core/process.hpp"
 
 namespace flashcheck::fuzz::detail {
 
@@ -61,63 +59,19 @@ std::string find_sanitizer() {
       "FLASHCHECK_COMPUTE_SANITIZER)");
 }
 
-struct Finished {
-  bool timed_out = false;
-  int status = 0;      // waitpid's status
-  std::string output;  // the child's stdout
-};
-
 /// Runs argv with `input` on its stdin (then closed) and collects its stdout,
-/// killing it after `seconds`.
+/// killing it after `seconds`. A process group of its own: a timeout kills the
+/// tool and the worker it started, and whatever that left behind.
 Finished run_once(const std::vector<std::string>& argv, const std::string& input, double seconds) {
-  int down[2] = {-1, -1}, up[2] = {-1, -1};
-  if (::pipe2(down, O_CLOEXEC) != 0 || ::pipe2(up, O_CLOEXEC) != 0) {
-    for (int fd : {down[0], down[1], up[0], up[1]})
-      if (fd >= 0) ::close(fd);
-    throw std::runtime_error(fmt::format("fuzz: cannot create a pipe: {}", std::strerror(errno)));
+  ProcessOptions options;
+  options.argv = argv;
+  options.out = Redirect::pipe();
+  options.reap_descendants = true;
+  try {
+    return run_process(options, input, seconds);
+  } catch (const ProcessError& error) {
+    throw std::runtime_error(fmt::format("fuzz --sanitize: {}", error.what()));
   }
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    for (int fd : {down[0], down[1], up[0], up[1]}) ::close(fd);
-    throw std::runtime_error(fmt::format("fuzz: cannot fork: {}", std::strerror(errno)));
-  }
-  if (pid == 0) {
-    // A process group of its own: a timeout kills the tool and the worker it started.
-    ::setpgid(0, 0);
-    ::dup2(down[0], STDIN_FILENO);
-    ::dup2(up[1], STDOUT_FILENO);
-    std::vector<char*> args;
-    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    ::_exit(127);
-  }
-  ::setpgid(pid, pid);  // also here, so that the group exists before any kill
-  ::close(down[0]);
-  ::close(up[1]);
-  // The request is one short line: it fits the pipe's buffer.
-  [[maybe_unused]] const ssize_t wrote = ::write(down[1], input.data(), input.size());
-  ::close(down[1]);
-  Finished done;
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  while (true) {
-    pollfd fd{up[0], POLLIN, 0};
-    if (::poll(&fd, 1, 200) > 0) {
-      char chunk[65536];
-      const ssize_t got = ::read(up[0], chunk, sizeof chunk);
-      if (got <= 0) break;  // the child closed its stdout: it is exiting
-      done.output.append(chunk, static_cast<std::size_t>(got));
-    }
-    if (Clock::now() >= deadline) {
-      done.timed_out = true;
-      ::kill(-pid, SIGKILL);
-      break;
-    }
-  }
-  ::close(up[0]);
-  ::waitpid(pid, &done.status, 0);
-  ::kill(-pid, SIGKILL);  // anything of the group still alive (a worker orphaned by the tool)
-  return done;
 }
 
 /// The tool's report without its banner and summary: the first `most` lines.
@@ -181,11 +135,11 @@ int run_sanitize(const FuzzOptions& options) {
       const double watchdog = 10 * watchdog_for(problem, options.watchdog_seconds);
       const Finished run = run_once(argv, request(key, *subject, problem) + "\n", watchdog);
 
-      nlohmann::json record = nlohmann::json::parse(run.output.substr(0, run.output.find('\n')), nullptr, false);
+      nlohmann::json record = nlohmann::json::parse(run.out.substr(0, run.out.find('\n')), nullptr, false);
       if (record.is_discarded() || !record.is_object())
         record = {{"schema", kRecordSchema}, {"verdict", "crash"}, {"check", "crash"}};
-      const bool exited = !run.timed_out && WIFEXITED(run.status);
-      const int code = exited ? WEXITSTATUS(run.status) : -1;
+      const bool exited = !run.timed_out && run.status.exited();
+      const int code = exited ? run.status.code() : -1;
       const std::vector<std::string> report = report_lines(log, 8);
       record["case"] = key;
       record["subject"] = name;
@@ -209,7 +163,7 @@ int run_sanitize(const FuzzOptions& options) {
         record["check"] = crashed ? "crash" : "sanitizer_error";
         record["message"] = exited ? fmt::format("compute-sanitizer exited with status {}{}", code,
                                                  report.empty() ? "" : ": " + report.front())
-                                   : fmt::format("killed by signal {}", WTERMSIG(run.status));
+                                   : fmt::format("killed by signal {}", run.status.signal());
       }
       record["sweep"] = {{"seed", options.seed}, {"sanitize", options.sanitize}};
       append_durably(records, record.dump());

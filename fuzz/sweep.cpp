@@ -3,7 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <fmt/core.h>
@@ -30,6 +30,7 @@
 #include "flashcheck/fuzz/sweep_parts.hpp"
 #include "flashcheck/judge/judge.hpp"
 #include "flashcheck/generators/generators.hpp"
+#include "flashcheck/core/process.hpp"
 
 namespace flashcheck::fuzz {
 
@@ -161,41 +162,26 @@ class Worker {
 
   /// Starts one case (the worker must be idle), with `seconds` to answer.
   void submit(const std::string& request, double seconds) {
-    if (pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == pid_) {  // it exited between cases
-      ::close(to_);
-      ::close(from_);
-      pid_ = -1;
-      buffer_.clear();
-    }
-    if (pid_ <= 0) start();
+    if (process_ && process_->try_wait()) process_.reset();  // it exited between cases
+    if (!process_) start();
     busy_ = true;
     watchdog_ = seconds;
     deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-    const std::string line = request + "\n";
-    if (::write(to_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) broken_ = true;
+    if (!process_->write_all(request + "\n", seconds)) broken_ = true;
   }
 
   /// The case's reply once there is one: call when fd() is readable, or to
   /// check the watchdog.
   std::optional<Reply> collect() {
     if (!busy_) return std::nullopt;
-    if (!broken_) {
-      pollfd fd{from_, POLLIN, 0};
-      while (::poll(&fd, 1, 0) > 0) {
-        char chunk[65536];
-        const ssize_t got = ::read(from_, chunk, sizeof chunk);
-        if (got <= 0) {
-          broken_ = true;
-          break;
-        }
-        buffer_.append(chunk, static_cast<std::size_t>(got));
-      }
+    while (!broken_) {
+      const Process::Read read = process_->fill(0);
+      if (read == Process::Read::eof) broken_ = true;
+      if (read != Process::Read::data) break;
     }
-    if (const std::size_t end = buffer_.find('\n'); end != std::string::npos) {
-      Reply reply{Outcome::record, buffer_.substr(0, end), {}};
-      buffer_.erase(0, end + 1);
+    if (auto line = process_->take_line()) {
       busy_ = false;
-      return reply;
+      return Reply{Outcome::record, std::move(*line), {}};
     }
     if (broken_) return died();
     if (Clock::now() >= deadline_) {
@@ -209,25 +195,21 @@ class Worker {
   Reply run(const std::string& request, double seconds) {
     submit(request, seconds);
     while (true) {
-      pollfd fd{from_, POLLIN, 0};
+      pollfd fd{this->fd(), POLLIN, 0};
       ::poll(&fd, 1, 200);
       if (auto reply = collect()) return *reply;
     }
   }
 
   bool busy() const { return busy_; }
-  int fd() const { return from_; }
+  int fd() const { return process_ ? process_->stdout_fd() : -1; }
   Clock::time_point deadline() const { return deadline_; }
 
+  /// Kills the worker (with its group and whatever it left behind) and removes its folder.
   void stop() {
     busy_ = false;
-    if (pid_ <= 0) return;
-    ::close(to_);
-    ::close(from_);
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-    buffer_.clear();
+    if (!process_) return;
+    process_.reset();
     remove_scratch();
   }
 
@@ -245,55 +227,44 @@ class Worker {
     if (!::mkdtemp(pattern.data()))
       throw std::runtime_error(fmt::format("fuzz: cannot make a folder like {}: {}", pattern, std::strerror(errno)));
     scratch_ = pattern;
-    int down[2], up[2];
-    if (::pipe2(down, O_CLOEXEC) != 0 || ::pipe2(up, O_CLOEXEC) != 0)
-      throw std::runtime_error(fmt::format("fuzz: cannot create a pipe: {}", std::strerror(errno)));
-    pid_ = ::fork();
-    if (pid_ < 0) throw std::runtime_error(fmt::format("fuzz: cannot fork a worker: {}", std::strerror(errno)));
-    if (pid_ == 0) {
-      ::dup2(down[0], STDIN_FILENO);
-      ::dup2(up[1], STDOUT_FILENO);
-      if (gpu_ >= 0) ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(gpu_).c_str(), 1);
-      ::setenv("OMP_NUM_THREADS", std::to_string(threads_).c_str(), /*overwrite=*/0);
-      ::setenv("OMP_WAIT_POLICY", "passive", /*overwrite=*/0);
-      ::setenv("TMPDIR", scratch_.c_str(), 1);
-      ::execl(exe_.c_str(), exe_.c_str(), "fuzz-worker", "--every-row", every_row_.c_str(),
-              static_cast<char*>(nullptr));
-      ::_exit(127);
+    ProcessOptions options;
+    options.argv = {exe_, "fuzz-worker", "--every-row", every_row_};
+    options.in = Redirect::pipe();
+    options.out = Redirect::pipe();
+    if (gpu_ >= 0) options.env.emplace_back("CUDA_VISIBLE_DEVICES", std::to_string(gpu_));
+    options.env.emplace_back("TMPDIR", scratch_.string());
+    options.env_defaults = {{"OMP_NUM_THREADS", std::to_string(threads_)}, {"OMP_WAIT_POLICY", "passive"}};
+    // Its own group, dying with the sweep; whatever it starts (an external
+    // worker's descendants) ends with it.
+    options.reap_descendants = true;
+    try {
+      process_.emplace(options);
+    } catch (const ProcessError& error) {
+      throw std::runtime_error(fmt::format("fuzz: cannot start a worker: {}", error.what()));
     }
-    ::close(down[0]);
-    ::close(up[1]);
-    to_ = down[1];
-    from_ = up[0];
     broken_ = false;
   }
 
   Reply died() {
-    int status = 0;
-    ::close(to_);
-    ::close(from_);
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    buffer_.clear();
+    // It closed its output: it is ending (a crash) or has ended.
+    process_->close_stdin();
+    process_->wait_for(10);
+    const ExitStatus status = process_->kill();
+    process_.reset();
     busy_ = false;
     remove_scratch();
-    std::string how = WIFSIGNALED(status) ? fmt::format("worker killed by signal {} ({})", WTERMSIG(status),
-                                                        strsignal(WTERMSIG(status)))
-                                          : fmt::format("worker exited with status {}", WEXITSTATUS(status));
-    return {Outcome::died, {}, how};
+    return {Outcome::died, {}, "worker " + status.describe()};
   }
 
   std::string exe_;
   int gpu_;
   int threads_;
-  pid_t pid_ = -1;
-  int to_ = -1, from_ = -1;
+  std::optional<Process> process_;
   bool busy_ = false, broken_ = false;
   double watchdog_ = 0;
   std::string every_row_;  // the workers' --every-row (to_string(EveryRow))
   Clock::time_point deadline_;
-  std::string buffer_;
-  std::string scratch_;  // the running process's TMPDIR
+  fs::path scratch_;  // the running process's TMPDIR
 };
 
 /// A 64-bit mix of (seed, k) (splitmix64's finaliser): spreads subjects over cases.

@@ -127,6 +127,31 @@ class External(unittest.TestCase):
                 self.assertEqual(len(run.stderr.strip().splitlines()), 1, run.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.dir, "never")), "the sweep ran before the check")
 
+    # Issue 21's worker findings, through `run`.
+    SMALL = "b=1 hq=2 hkv=1 sq=9 skv=13 d=8 dtype=f16 layout=bhsd mask=none dseed=5"
+
+    def test_run_with_a_fifo_for_output_returns_within_the_watchdog(self):
+        start = time.monotonic()
+        run = flashcheck("external", "--cmd", fake("fifo-output"), "--name", "fake", "--watchdog", "10", "run",
+                         "-s", "fake", "-p", self.SMALL, timeout=60)
+        self.assertLess(time.monotonic() - start, 10, "run waited on the FIFO")
+        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+        said = [line for line in (run.stdout + run.stderr).splitlines() if "is a FIFO, not a regular file" in line]
+        self.assertEqual(len(said), 1, run.stdout + run.stderr)
+
+    def test_run_refuses_a_huge_sparse_output_by_its_size(self):
+        run = flashcheck("external", "--cmd", fake("huge-output"), "--name", "fake", "run", "-s", "fake", "-p",
+                         self.SMALL, timeout=60)
+        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+        said = [line for line in (run.stdout + run.stderr).splitlines() if "refused unread" in line]
+        self.assertEqual(len(said), 1, run.stdout + run.stderr)
+
+    def test_a_setsid_grandchild_does_not_outlive_run(self):
+        run = flashcheck("external", "--cmd", fake("setsid-child"), "--name", "fake", "run", "-s", "fake", "-p",
+                         self.SMALL, timeout=60)
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.assertEqual(leftover_workers(), [], "a process the worker started outlived run")
+
     def test_environment_config_registers_for_any_command(self):
         env = dict(os.environ, FLASHCHECK_EXTERNAL=self.config([("fake-env", fake())]))
         run = subprocess.run([BINARY, "run", "-s", "fake-env", "-q", "-p", "b=1 hq=2 sq=5 skv=6 d=8 dtype=f16"],

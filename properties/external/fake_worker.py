@@ -26,6 +26,9 @@ MODE (default good):
   refuse        answers the handshake with an error
   exit          exits at start-up, before the handshake
   noisy         prints a line of chatter to stdout before the handshake
+  fifo-output   makes o.npy a FIFO that nobody writes, on case N (a blocking open would never return)
+  huge-output   writes o.npy as a sparse 4 GiB array with a header that matches its size, on case N
+  setsid-child  starts a grandchild that calls setsid and sleeps for an hour, on case N, then answers
 Case numbers count this process's cases from 1: after a restart, again from 1.
 """
 import argparse
@@ -171,6 +174,12 @@ def main():
             time.sleep(3600)
         if mode == "fatal" and here:
             raise Fatal("CUDA error (fake)")
+        if mode == "setsid-child" and here:
+            if os.fork() == 0:  # the grandchild: leaves the worker's process group and session
+                os.setsid()
+                os.closerange(0, 3)
+                time.sleep(3600)
+                os._exit(0)
         start = time.perf_counter()
         scale = shape.softmax_scale * (1.02 if mode == "wrong-scale" else 1.0)
         o, lse = attention(shape, scale, request.read("q"), request.read("k"), request.read("v"))
@@ -182,6 +191,14 @@ def main():
             rows[1 if shape.layout == "bshd" else 2] -= 1
             npy.write(request.outputs["o"], npy.DESCR[shape.dtype], rows,
                       npy.encode(o[:math.prod(rows)], shape.dtype))
+            return Result(lse=lse, time_ms=elapsed)
+        if mode == "fifo-output" and here:
+            os.mkfifo(request.outputs["o"])
+            return Result(lse=lse, time_ms=elapsed)
+        if mode == "huge-output" and here:  # 2**30 float32: 4 GiB of holes, its header true to its size
+            with open(request.outputs["o"], "wb") as stream:
+                stream.write(npy.header("<f4", [1 << 30]))
+                stream.truncate(stream.tell() + (4 << 30))
             return Result(lse=lse, time_ms=elapsed)
         if mode == "wrong-dtype" and here:
             npy.write(request.outputs["o"], "<f4", rows, npy.encode(o, "f32"))

@@ -11,6 +11,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "flashcheck/core/values.hpp"
 #include "flashcheck/external/npy.hpp"
@@ -70,6 +73,43 @@ TEST(Npy, RefusesWhatIsNotAnArrayItCanRead) {
   EXPECT_THROW(read_npy(path), std::runtime_error);
   write_npy(path, "<f4", {std::int64_t{1} << 40, std::int64_t{1} << 40, std::int64_t{1} << 40}, data, sizeof data);
   EXPECT_THROW(read_npy(path), std::runtime_error);  // the size overflows 64 bits
+  fs::remove(path);
+}
+
+TEST(Npy, RefusesWhatIsNotARegularFileWithoutBlocking) {
+  const fs::path fifo = fs::temp_directory_path() / fmt::format("flashcheck-npy-fifo-{}", ::getpid());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    read_npy(fifo);  // nobody writes it: a blocking open would never return
+    ADD_FAILURE() << "a FIFO was read";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find("is a FIFO, not a regular file"), std::string::npos) << error.what();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5);
+  fs::remove(fifo);
+  EXPECT_THROW(read_npy(fs::temp_directory_path()), std::runtime_error);  // a folder
+}
+
+TEST(Npy, RefusesByItsSizeWhatTheCallerCannotUse) {
+  const fs::path path = fs::temp_directory_path() / fmt::format("flashcheck-npy-limit-{}.npy", ::getpid());
+  const std::vector<float> data(1000, 1.0f);
+  write_npy(path, "<f4", {1000}, data.data(), 4000);
+  EXPECT_EQ(read_npy(path, {4000}).bytes.size(), 4000u);
+  try {
+    read_npy(path, {400});  // the file alone is too large
+    ADD_FAILURE() << "a file larger than the limit was read";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find("refused unread"), std::string::npos) << error.what();
+  }
+  try {
+    read_npy(path, {3999});  // within the header's slack, but the shape is too large
+    ADD_FAILURE() << "a shape larger than the limit was read";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find("4000 data bytes, more than the problem's output can be"),
+              std::string::npos)
+        << error.what();
+  }
   fs::remove(path);
 }
 
@@ -182,6 +222,61 @@ TEST(ExternalWorker, UntrustedTypesInAReplyDoNotThrow) {
 TEST(ExternalWorker, WrongIdIsAFailedCase) { expect_failure_then_recovery("wrong-id", "answered case"); }
 
 TEST(ExternalWorker, MissingLseIsAFailedCase) { expect_failure_then_recovery("no-lse", "did not write it"); }
+
+// Issue 21's worker findings, each a regression test.
+
+TEST(ExternalWorker, AFifoForOutputIsRefusedWithinTheWatchdog) {
+  // A blocking open of a FIFO that nobody writes never returns: `run` hung
+  // until the sweep's watchdog ended it. Now it is one line, at once.
+  expect_failure_then_recovery("fifo-output", "o.npy: is a FIFO, not a regular file", 5);
+}
+
+TEST(ExternalWorker, AHugeSparseOutputIsRefusedBySizeBeforeItIsRead) {
+  // 4 GiB of holes with a header true to its size: once read whole before its
+  // shape was checked (4.3 GB peak). Now refused by its size alone.
+  rusage before{};
+  ::getrusage(RUSAGE_SELF, &before);
+  expect_failure_then_recovery("huge-output", "refused unread", 10);
+  rusage after{};
+  ::getrusage(RUSAGE_SELF, &after);
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 256 * 1024) << "the peak grew by " << after.ru_maxrss - before.ru_maxrss
+                                                           << " KiB reading a refused output";
+}
+
+/// The processes whose command line contains `tag`.
+std::vector<pid_t> tagged(const std::string& tag) {
+  std::vector<pid_t> found;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "cmdline", std::ios::binary);
+    const std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ifstream stat(entry.path() / "stat");
+    std::string status;
+    std::getline(stat, status);
+    const std::size_t close = status.rfind(')');
+    const bool zombie = close != std::string::npos && close + 2 < status.size() && status[close + 2] == 'Z';
+    if (!zombie && cmdline.find(tag) != std::string::npos) found.push_back(std::stoi(name));
+  }
+  return found;
+}
+
+TEST(ExternalWorker, ASetsidGrandchildDoesNotOutliveTheSubject) {
+  const std::string tag = fmt::format("flashcheck-setsid-test-{}", ::getpid());
+  WorkerSpec s = spec("setsid-child", 1);
+  s.command += " --tag " + tag;
+  {
+    ExternalSubject subject(s);
+    EXPECT_EQ(subject.run(kSmall, generate_inputs(kSmall)).status, Status::ok);
+    const std::vector<pid_t> running = tagged(tag);
+    ASSERT_EQ(running.size(), 2u) << "expected the worker and its setsid grandchild";
+    bool left_the_session = false;
+    for (int wait = 0; wait < 500 && !left_the_session; ++wait, ::usleep(10000))
+      for (const pid_t pid : running) left_the_session |= ::getsid(pid) == pid;
+    EXPECT_TRUE(left_the_session) << "the grandchild did not call setsid";
+  }
+  EXPECT_EQ(tagged(tag), std::vector<pid_t>{}) << "a process of the worker outlived it";
+}
 
 TEST(ExternalWorker, BadStartsAreOneClearError) {
   const auto expect_start_error = [](WorkerSpec s, const std::string& expected) {

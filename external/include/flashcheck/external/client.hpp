@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -90,9 +92,14 @@ class WorkerClient {
   /// Sends a request and returns the worker's reply to it.
   nlohmann::json exchange(const nlohmann::json& request, double seconds, std::string_view what) {
     if (!process_) start();
-    if (!process_->send(request.dump())) fail(fmt::format("could not be sent {} (it has gone)", what));
+    // One watchdog for the request, the reply and the reading of its files.
+    deadline_ = std::chrono::steady_clock::now() +
+                std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+    if (!process_->send(request.dump(), seconds))
+      fail(fmt::format("could not be sent {} (it has gone, or did not read it within {:.0f} s)", what, seconds));
     std::string line;
-    switch (process_->receive(line, seconds)) {
+    const double left = std::chrono::duration<double>(deadline_ - std::chrono::steady_clock::now()).count();
+    switch (process_->receive(line, std::max(left, 0.0))) {
       case WorkerProcess::Wait::line: break;
       case WorkerProcess::Wait::timeout:
         fail(fmt::format("gave no reply to {} within {:.0f} s (watchdog): killed", what, seconds));
@@ -117,6 +124,9 @@ class WorkerClient {
       fail(fmt::format("answered {} with {}", named, cut(reply.dump())));
     return reply;
   }
+
+  /// When the last request's watchdog ends: its output files are read by then.
+  std::chrono::steady_clock::time_point deadline() const { return deadline_; }
 
   /// Kills the worker and throws the failure, with how it ended and its stderr.
   [[noreturn]] void fail(const std::string& what) {
@@ -144,6 +154,7 @@ class WorkerClient {
   std::unique_ptr<WorkerProcess> process_;
   nlohmann::json hello_;
   std::int64_t next_id_ = 0;
+  std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
 };
 
 }  // namespace flashcheck::external
