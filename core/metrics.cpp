@@ -171,4 +171,32 @@ CaseMetrics compare(const Problem& p, const AttentionRows& got, const AttentionR
   return metrics;
 }
 
+GradientMetrics compare_gradients(const Problem& p, const GradientRows& got, const GradientRows& want,
+                                  DType out_dtype) {
+  Accumulator dq(out_dtype, std::nullopt), dk(out_dtype, std::nullopt), dv(out_dtype, std::nullopt);
+  GradientMetrics metrics;
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    for (std::int64_t h = 0; h < p.heads_q; ++h)
+      for (std::int64_t r = 0; r < want.q_rows.size(); ++r) {
+        const std::int64_t row = want.q_rows.rows[r];
+        if (row >= p.len_q(b)) continue;  // padding
+        ++metrics.q_rows_compared;
+        for (std::int64_t c = 0; c < p.head_dim; ++c) dq.add({b, h, row, c}, got.dq_row(b, h, r)[c], want.dq_row(b, h, r)[c]);
+      }
+    for (std::int64_t h = 0; h < p.heads_kv; ++h)
+      for (std::int64_t r = 0; r < want.kv_rows.size(); ++r) {
+        const std::int64_t row = want.kv_rows.rows[r];
+        if (row >= p.len_kv(b)) continue;
+        ++metrics.kv_rows_compared;
+        for (std::int64_t c = 0; c < p.head_dim; ++c) dk.add({b, h, row, c}, got.dk_row(b, h, r)[c], want.dk_row(b, h, r)[c]);
+        for (std::int64_t c = 0; c < p.head_dim_v; ++c)
+          dv.add({b, h, row, c}, got.dv_row(b, h, r)[c], want.dv_row(b, h, r)[c]);
+      }
+  }
+  metrics.dq = dq.finish();
+  metrics.dk = dk.finish();
+  metrics.dv = dv.finish();
+  return metrics;
+}
+
 }  // namespace flashcheck

@@ -71,6 +71,25 @@ std::optional<IntegerParam> integer_param(ValueFamily family) {
   }
 }
 
+// A value distribution's parameters: their count, finite, and the integer one
+// within the integers a double holds (`field` names it in the error).
+void validate_dist(const std::string& field, const ValueDist& dist) {
+  if (dist.params.size() != default_params(dist.family).size())
+    throw BadInput(field, fmt::format("{} takes {} parameter(s)", to_string(dist.family),
+                                      default_params(dist.family).size()));
+  for (double param : dist.params)
+    if (!std::isfinite(param)) throw BadInput(field, "parameters must be finite");
+  // Parameters that the generator turns into integers (a count, a magnitude, a
+  // tile) must be integers a double holds exactly: past 2^53 the conversion
+  // (and sparse_int's draw modulo 2 max) would leave the 64-bit range.
+  if (const auto integer = integer_param(dist.family)) {
+    const double value = dist.params[integer->index];
+    if (std::fabs(value) > kMaxIntegerParam)
+      throw BadInput(field, fmt::format("{}'s {} {} is beyond the integers a double holds exactly (|{}| <= 2^53)",
+                                        to_string(dist.family), integer->name, value, integer->name));
+  }
+}
+
 template <typename T>
 NumberError parse_number(std::string_view text, T& value) {
   if (text.empty()) return NumberError::malformed;
@@ -151,27 +170,27 @@ std::vector<std::int64_t> parse_int_list(std::string_view field, std::string_vie
   return values;
 }
 
-ValueDist parse_values(std::string_view text) {
+ValueDist parse_values(std::string_view text, const std::string& field = "values") {
   const auto open = text.find('(');
   const std::string_view name = text.substr(0, open);
   auto family = parse_value_family(name);
   if (!family) {
     std::vector<std::string_view> names;
     for (const auto& entry : families()) names.push_back(entry.name);
-    throw BadInput("values", fmt::format("unknown value distribution {} (known: {})", quoted(name), fmt::join(names, ", ")));
+    throw BadInput(field, fmt::format("unknown value distribution {} (known: {})", quoted(name), fmt::join(names, ", ")));
   }
   ValueDist dist{*family, default_params(*family)};
   if (open == std::string_view::npos) return dist;
   if (text.back() != ')')
-    throw BadInput("values", fmt::format("{} is missing its closing parenthesis", quoted(text)));
+    throw BadInput(field, fmt::format("{} is missing its closing parenthesis", quoted(text)));
   const std::string_view inside = text.substr(open + 1, text.size() - open - 2);
   std::vector<double> params;
   if (!inside.empty())
-    for (auto part : split(inside, ',')) params.push_back(parse_real("values", part));
+    for (auto part : split(inside, ',')) params.push_back(parse_real(field, part));
   if (params.size() != dist.params.size())
-    throw BadInput("values", fmt::format("{} takes {} parameter(s), got {}", name, dist.params.size(), params.size()));
+    throw BadInput(field, fmt::format("{} takes {} parameter(s), got {}", name, dist.params.size(), params.size()));
   for (double p : params)
-    if (!std::isfinite(p)) throw BadInput("values", "parameters must be finite");
+    if (!std::isfinite(p)) throw BadInput(field, "parameters must be finite");
   dist.params = std::move(params);
   return dist;
 }
@@ -193,6 +212,8 @@ std::vector<double> default_params(ValueFamily family) { return info(family).def
 std::string to_string(const ValueDist& dist) {
   return fmt::format("{}({})", to_string(dist.family), fmt::join(dist.params, ","));
 }
+
+std::string_view to_string(Pass pass) { return pass == Pass::fwd ? "fwd" : "bwd"; }
 
 std::string_view to_string(Layout layout) { return layout == Layout::bhsd ? "bhsd" : "bshd"; }
 
@@ -294,16 +315,17 @@ std::string to_line(const Problem& p) {
   line += fmt::format(" d={} dv={} dtype={} layout={} mask={}", p.head_dim, p.head_dim_v, to_string(p.dtype),
                       to_string(p.layout), to_string(p.mask));
   if (p.mask == MaskKind::window) line += fmt::format(" window={},{}", p.window_left, p.window_right);
-  line += fmt::format(" scale={} values={} gseed={} dseed={}", p.softmax_scale, to_string(p.values), p.geometry_seed,
-                      p.data_seed);
+  line += fmt::format(" scale={} values={}", p.softmax_scale, to_string(p.values));
+  if (p.pass == Pass::bwd) line += fmt::format(" pass=bwd dout={}", to_string(p.dout));
+  line += fmt::format(" gseed={} dseed={}", p.geometry_seed, p.data_seed);
   return line;
 }
 
 Problem parse_problem(std::string_view line) {
   std::map<std::string, std::string_view, std::less<>> fields;
   static const std::set<std::string_view> known = {"b", "hq", "hkv", "sq", "skv", "lens_q", "lens_kv", "d", "dv",
-                                                   "dtype", "layout", "mask", "window", "scale", "values", "gseed",
-                                                   "dseed"};
+                                                   "dtype", "layout", "mask", "window", "scale", "values", "pass",
+                                                   "dout", "gseed", "dseed"};
   std::size_t position = 0;
   while (position < line.size()) {
     while (position < line.size() && std::isspace(static_cast<unsigned char>(line[position]))) ++position;
@@ -367,6 +389,16 @@ Problem parse_problem(std::string_view line) {
   }
   p.softmax_scale = fields.count("scale") ? parse_real("scale", fields["scale"]) : default_softmax_scale(p.head_dim);
   if (fields.count("values")) p.values = parse_values(fields["values"]);
+  if (fields.count("pass")) {
+    const auto text = fields["pass"];
+    if (text == "fwd") p.pass = Pass::fwd;
+    else if (text == "bwd") p.pass = Pass::bwd;
+    else throw BadInput("pass", fmt::format("unknown pass {} (known: fwd, bwd)", quoted(text)));
+  }
+  if (fields.count("dout")) {
+    if (p.pass != Pass::bwd) throw BadInput("dout", "dO is drawn for pass=bwd only");
+    p.dout = parse_values(fields["dout"], "dout");
+  }
   if (fields.count("gseed")) p.geometry_seed = parse_seed("gseed", fields["gseed"]);
   if (fields.count("dseed")) p.data_seed = parse_seed("dseed", fields["dseed"]);
   validate(p);
@@ -411,20 +443,9 @@ void validate(const Problem& p) {
                                          p.window_right));
   if (!std::isfinite(p.softmax_scale) || p.softmax_scale <= 0)
     throw BadInput("scale", fmt::format("{} must be a positive finite number", p.softmax_scale));
-  if (p.values.params.size() != default_params(p.values.family).size())
-    throw BadInput("values", fmt::format("{} takes {} parameter(s)", to_string(p.values.family),
-                                         default_params(p.values.family).size()));
-  for (double param : p.values.params)
-    if (!std::isfinite(param)) throw BadInput("values", "parameters must be finite");
-  // Parameters that the generator turns into integers (a count, a magnitude, a
-  // tile) must be integers a double holds exactly: past 2^53 the conversion
-  // (and sparse_int's draw modulo 2 max) would leave the 64-bit range.
-  if (const auto integer = integer_param(p.values.family)) {
-    const double value = p.values.params[integer->index];
-    if (std::fabs(value) > kMaxIntegerParam)
-      throw BadInput("values", fmt::format("{}'s {} {} is beyond the integers a double holds exactly (|{}| <= 2^53)",
-                                           to_string(p.values.family), integer->name, value, integer->name));
-  }
+  validate_dist("values", p.values);
+  if (p.pass == Pass::bwd) validate_dist("dout", p.dout);
+  else if (p.dout != Problem{}.dout) throw BadInput("dout", "dO is drawn for pass=bwd only");
   const double needed = estimated_memory_bytes(p);
   const double limit = memory_limit_bytes();
   if (limit > 0 && needed > limit)
@@ -448,7 +469,16 @@ double estimated_memory_bytes(const Problem& p) {
   // O and LSE rows in f64: the reference and its condition numbers, the
   // baseline's rows, the subject's and the peer's gathered rows.
   const double reference_rows = 5.0 * compared_rows * (dv + 1.0) * 8.0;
-  return inputs + outputs + reference_rows;
+  if (p.pass == Pass::fwd) return inputs + outputs + reference_rows;
+  // Backward: dO, the O and LSE handed to the subject, dQ/dK/dV of the subject
+  // and the peer as stored, and in f64 the gradient rows (the reference and
+  // the baseline's, the subject's and the peer's gathered rows: four sets of
+  // the compared query rows and up to 1024 key rows per sequence).
+  const double compared_keys = static_cast<double>(p.batch) * static_cast<double>(p.heads_kv) *
+                               std::min(static_cast<double>(p.seqlen_kv), kComparedRowsPerSequence);
+  const double backward = rows * dv * element * 2.0 + rows * 4.0 + 2.0 * (rows * d + keys * (d + dv)) * element +
+                          4.0 * (compared_rows * d + compared_keys * (d + dv)) * 8.0;
+  return inputs + outputs + reference_rows + backward;
 }
 
 double physical_memory_bytes() {

@@ -14,6 +14,7 @@ bool Capabilities::accepts_head_dim(std::int64_t d) const {
 }
 
 std::optional<std::string> unsupported_reason(const Capabilities& caps, const Problem& p) {
+  if (p.pass == Pass::bwd && !caps.backward) return std::string("the backward pass (pass=bwd) is not supported");
   if (!caps.dtypes.contains(p.dtype)) return fmt::format("dtype {} is not supported", to_string(p.dtype));
   if (!caps.layouts.contains(p.layout)) return fmt::format("layout {} is not supported", to_string(p.layout));
   if (!caps.masks.contains(p.mask)) return fmt::format("mask {} is not supported", to_string(p.mask));
@@ -120,9 +121,17 @@ std::string describe(const Capabilities& caps) {
   if (caps.may_flush_subnormals) text += " may_flush_subnormals";
   if (!caps.empty_sequences) text += " no_empty_sequences";
   if (caps.split_kv) text += " split_kv";
+  if (caps.backward) text += caps.backward_deterministic ? " backward(deterministic)" : " backward";
   if (caps.accumulator_max > 0) text += fmt::format(" accumulator_max={:.3g}", caps.accumulator_max);
   if (!caps.known_deviations.empty()) text += fmt::format(" deviations=\"{}\"", caps.known_deviations);
   return text;
+}
+
+BackwardResult Subject::run_backward(const Problem& problem, const BackwardInputs& /*inputs*/) {
+  BackwardResult result;
+  result.status = Status::unsupported;
+  result.message = unsupported_reason(capabilities(), problem).value_or("the backward pass is not implemented");
+  return result;
 }
 
 Timing summarise(std::vector<float> samples_ms) {

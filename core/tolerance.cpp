@@ -131,4 +131,60 @@ Verdict decide(const CaseMetrics& subject, const CaseMetrics& baseline, DType ou
   return verdict;
 }
 
+Verdict decide_gradients(const GradientMetrics& subject, const GradientMetrics& baseline, DType out_dtype,
+                         const GradientCondition& condition) {
+  Verdict verdict;
+  const auto floor = [&](double scale, double terms) {
+    return noise_floor(out_dtype, scale) + accumulation_noise(std::sqrt(std::max(terms, 1.0)) * scale);
+  };
+  const struct {
+    const char* name;
+    const TensorMetrics& got;
+    const TensorMetrics& base;
+    double terms;
+  } gradients[] = {{"dq", subject.dq, baseline.dq, condition.dq_terms},
+                   {"dk", subject.dk, baseline.dk, condition.dkv_terms},
+                   {"dv", subject.dv, baseline.dv, condition.dkv_terms}};
+  for (const auto& g : gradients) {
+    const ErrorStats& s = g.got.errors;
+    const ErrorStats& b = g.base.errors;
+    RuleCheck max_abs = check(fmt::format("{}.max_abs", g.name), s.max_abs, b.max_abs, floor(b.ref_max_abs, g.terms));
+    RuleCheck rmse = check(fmt::format("{}.rmse", g.name), s.rmse, b.rmse, floor(b.ref_rms, g.terms));
+    for (RuleCheck* c : {&max_abs, &rmse}) {  // the backward's factor
+      c->bound = kGradientBaselineFactor * c->baseline + c->floor;
+      c->ratio = c->bound > 0 ? c->subject / c->bound : (c->subject > 0 ? INFINITY : 0.0);
+      c->pass = c->subject <= c->bound;
+      verdict.checks.push_back(*c);
+    }
+  }
+  for (const auto& g : gradients)
+    if (g.got.census.mismatches && verdict.census_pass) {
+      verdict.census_pass = false;
+      const auto& at = g.got.census.first_mismatch->at;
+      verdict.rule = fmt::format("NaN/Inf census: {} position(s) of {} differ from the oracle; first at (b={}, h={}, "
+                                 "row={}, col={}): got {}, want {}",
+                                 g.got.census.mismatches, g.name, at.b, at.h, at.row, at.column,
+                                 g.got.census.first_mismatch->got, g.got.census.first_mismatch->want);
+    }
+  const RuleCheck* decisive = nullptr;
+  const RuleCheck* closest = &verdict.checks.front();
+  for (const auto& c : verdict.checks) {
+    verdict.worst_ratio = std::max(verdict.worst_ratio, c.ratio);
+    if (!c.pass && !decisive) decisive = &c;
+    if (c.ratio > closest->ratio) closest = &c;
+  }
+  verdict.pass = verdict.census_pass && !decisive;
+  if (!verdict.census_pass) return verdict;
+  if (decisive) {
+    verdict.rule = fmt::format("{} {:.3e} > {} x baseline {:.3e} + floor {:.3e} = {:.3e} (ratio {:.2f})",
+                               decisive->metric, decisive->subject, kGradientBaselineFactor, decisive->baseline,
+                               decisive->floor, decisive->bound, decisive->ratio);
+    return verdict;
+  }
+  verdict.rule = fmt::format("every gradient check within k_g={} x baseline + floor; closest {} {:.3e} <= {:.3e} "
+                             "(ratio {:.2f})",
+                             kGradientBaselineFactor, closest->metric, closest->subject, closest->bound, closest->ratio);
+  return verdict;
+}
+
 }  // namespace flashcheck

@@ -11,7 +11,8 @@
 namespace flashcheck {
 namespace {
 
-enum class Which : std::uint64_t { q = 1, k = 2, v = 3 };
+// dO's counters are those of residue 0 (4 mod 4), which Q, K and V never use.
+enum class Which : std::uint64_t { q = 1, k = 2, v = 3, dout = 4 };
 
 // Draws per element: a few independent counters per position.
 constexpr std::uint64_t kDrawsPerElement = 64;
@@ -54,12 +55,17 @@ struct Generator {
   }
 
   double value(Which which, std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t c) const {
-    const std::int64_t heads = which == Which::q ? p.heads_q : p.heads_kv;
-    const std::int64_t seqlen = which == Which::q ? p.seqlen_q : p.seqlen_kv;
-    const std::int64_t dim = which == Which::v ? p.head_dim_v : p.head_dim;
+    const bool queries = which == Which::q || which == Which::dout;
+    const std::int64_t heads = queries ? p.heads_q : p.heads_kv;
+    const std::int64_t seqlen = queries ? p.seqlen_q : p.seqlen_kv;
+    const std::int64_t dim = which == Which::v || which == Which::dout ? p.head_dim_v : p.head_dim;
     const std::uint64_t base = counter(which, b, h, s, c, heads, seqlen, dim);
-    const auto& prm = p.values.params;
-    switch (p.values.family) {
+    // dO is drawn from its own family, as V is: the families that shape the
+    // logits through Q and K give it their normal part.
+    const ValueDist& dist = which == Which::dout ? p.dout : p.values;
+    const bool value_like = which == Which::v || which == Which::dout;
+    const auto& prm = dist.params;
+    switch (dist.family) {
       case ValueFamily::normal: return normal(base, prm[0], prm[1]);
       case ValueFamily::uniform: return prm[0] + (prm[1] - prm[0]) * data.uniform(base);
       case ValueFamily::heavy: return student_t(base, prm[0]);
@@ -75,7 +81,7 @@ struct Generator {
         return static_cast<double>(pick < max ? pick - max : pick - max + 1);
       }
       case ValueFamily::near_overflow: {
-        if (which == Which::v) {
+        if (value_like) {
           const double magnitude = prm[1] * max_finite(p.dtype) * (0.5 + 0.5 * data.uniform(base + 1));
           return data.uniform(base) < 0.5 ? -magnitude : magnitude;
         }
@@ -90,7 +96,7 @@ struct Generator {
         return data.uniform(base) < 0.5 ? -magnitude : magnitude;
       }
       case ValueFamily::ties: {
-        if (which != Which::k) return normal(base, 0.5, 1.0);
+        if (which != Which::k) return normal(base, 0.5, 1.0);  // Q, V, dO
         // K rows repeat a few distinct rows exactly, so scores tie exactly.
         const auto distinct = static_cast<std::uint64_t>(std::max(1.0, std::round(prm[0])));
         const auto row_id = geometry.bits(static_cast<std::uint64_t>((b * p.heads_kv + h) * p.seqlen_kv + s)) % distinct;
@@ -99,10 +105,10 @@ struct Generator {
       }
       case ValueFamily::dominant:
       case ValueFamily::late_max: {
-        if (which == Which::v) return normal(base, 0.5, 1.0);
+        if (value_like) return normal(base, 0.5, 1.0);
         // Component 0 carries the designed logit: q[0] = 1 and k[0] = gap / scale
         // for the winning keys, 0 otherwise; the other components add small noise.
-        const bool late = p.values.family == ValueFamily::late_max;
+        const bool late = dist.family == ValueFamily::late_max;
         const double noise = late ? 0.3 : 0.1;
         if (c != 0) return noise * data.normal(base);
         if (which == Which::q) return 1.0;
@@ -111,7 +117,7 @@ struct Generator {
         return wins ? gap / p.softmax_scale : 0.0;
       }
       case ValueFamily::offset: {
-        if (which == Which::v) return normal(base, 0.5, 1.0);
+        if (value_like) return normal(base, 0.5, 1.0);
         // The first n components carry the offset: q_c = 1 and k_c = offset / (n
         // scale), the same for every key, so every logit moves by the offset
         // (n up to 16 keeps k_c within f16's range for offsets near -6e4).
@@ -167,6 +173,12 @@ Inputs generate_inputs(const Problem& p) {
   generator.fill(Which::k, in.k);
   generator.fill(Which::v, in.v);
   return in;
+}
+
+HostTensor generate_dout(const Problem& p) {
+  HostTensor dout(p.dtype, p.layout, p.batch, p.heads_q, p.seqlen_q, p.head_dim_v);
+  Generator(p).fill(Which::dout, dout);
+  return dout;
 }
 
 }  // namespace flashcheck

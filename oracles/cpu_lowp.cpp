@@ -44,6 +44,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void accumulate(flo
 }
 
 constexpr std::int64_t kRowsPerTask = 16;
+// Query rows per block of the backward (the scores of a block stay in memory).
+constexpr std::int64_t kBlockRows = 256;
 
 }  // namespace
 
@@ -116,6 +118,127 @@ AttentionRows cpu_lowp_rows(const Problem& p, const Inputs& in, const RowSet& ro
             for (std::int64_t c = 0; c < dv; ++c) o[c] = round_float(working, accumulator[c]);
           }
         }
+      }
+    }
+  }
+  return out;
+}
+
+GradientRows cpu_lowp_gradients(const Problem& p, const Inputs& in, const HostTensor& dout, const RowSet& q_rows,
+                                const RowSet& kv_rows, DType working) {
+  GradientRows out(p, q_rows, kv_rows);
+  const std::int64_t d = p.head_dim, dv = p.head_dim_v, group = p.group_size();
+  const auto scale = static_cast<float>(p.softmax_scale);
+  const auto round_row = [working](std::vector<float>& row) {
+    for (float& x : row) x = round_float(working, x);
+  };
+  std::vector<float> keys, keys_transposed, values;  // K [lk][d], K^T [d][lk], V [lk][dv], rounded to `working`
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    const std::int64_t lq = p.len_q(b), lk = p.len_kv(b);
+    if (lq == 0 || lk == 0) continue;
+    std::vector<std::int64_t> q_slot(static_cast<std::size_t>(lq), -1), kv_slots, kv_keys;
+    for (std::int64_t r = 0; r < q_rows.size(); ++r)
+      if (q_rows.rows[r] < lq) q_slot[q_rows.rows[r]] = r;
+    for (std::int64_t r = 0; r < kv_rows.size(); ++r)
+      if (kv_rows.rows[r] < lk) kv_slots.push_back(r), kv_keys.push_back(kv_rows.rows[r]);
+    const auto selected = static_cast<std::int64_t>(kv_keys.size());
+    for (std::int64_t hk = 0; hk < p.heads_kv; ++hk) {
+      keys.resize(static_cast<std::size_t>(lk * d));
+      keys_transposed.resize(static_cast<std::size_t>(d * lk));
+      values.resize(static_cast<std::size_t>(lk * dv));
+      for (std::int64_t j = 0; j < lk; ++j) {
+        for (std::int64_t c = 0; c < d; ++c)
+          keys_transposed[c * lk + j] = keys[j * d + c] = round_float(working, static_cast<float>(in.k.get(b, hk, j, c)));
+        for (std::int64_t c = 0; c < dv; ++c)
+          values[j * dv + c] = round_float(working, static_cast<float>(in.v.get(b, hk, j, c)));
+      }
+      // dK and dV of the group, in f32: each head's rounded sums added in head order.
+      std::vector<float> group_dk(static_cast<std::size_t>(selected * d), 0.0f);
+      std::vector<float> group_dv(static_cast<std::size_t>(selected * dv), 0.0f);
+      for (std::int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+        std::vector<float> head_dk(static_cast<std::size_t>(selected * d), 0.0f);
+        std::vector<float> head_dv(static_cast<std::size_t>(selected * dv), 0.0f);
+        // Query rows in blocks: the rows of a block in parallel (P, dS', dQ),
+        // then the selected keys in parallel, each summing the block's rows in
+        // order, so that every dK and dV sum runs over the rows in index order.
+        for (std::int64_t first = 0; first < lq; first += kBlockRows) {
+          const std::int64_t count = std::min(kBlockRows, lq - first);
+          std::vector<float> probs(static_cast<std::size_t>(count * lk), 0.0f), dscores(probs.size(), 0.0f);
+          std::vector<float> queries(static_cast<std::size_t>(count * d)), grads(static_cast<std::size_t>(count * dv));
+          std::vector<std::int64_t> begins(static_cast<std::size_t>(count)), ends(static_cast<std::size_t>(count));
+#pragma omp parallel if (count * lk * (d + dv) > kParallelWork)
+          {
+            std::vector<float> query(static_cast<std::size_t>(d)), grad(static_cast<std::size_t>(dv)),
+                dq(static_cast<std::size_t>(d));
+#pragma omp for schedule(dynamic)
+            for (std::int64_t r = 0; r < count; ++r) {
+              const std::int64_t i = first + r;
+              std::int64_t begin, end;
+              allowed_keys(p, i, lq, lk, begin, end);
+              begins[r] = begin, ends[r] = end;
+              in.q.read_row(b, h, i, query.data());
+              dout.read_row(b, h, i, grad.data());
+              round_row(query), round_row(grad);
+              std::copy(query.begin(), query.end(), queries.begin() + r * d);
+              std::copy(grad.begin(), grad.end(), grads.begin() + r * dv);
+              if (begin == end) continue;  // fully masked: zero gradients
+              const std::int64_t width = end - begin;
+              float* pr = probs.data() + r * lk + begin;
+              float* ds = dscores.data() + r * lk + begin;
+              // P as the forward baseline computes it.
+              for (std::int64_t c = 0; c < d; ++c)
+                accumulate(pr, keys_transposed.data() + c * lk + begin, query[c], width);
+              float maximum = -std::numeric_limits<float>::infinity();
+              bool saw_nan = false;
+              for (std::int64_t n = 0; n < width; ++n) {
+                pr[n] = round_float(working, pr[n] * scale);
+                saw_nan = saw_nan || std::isnan(pr[n]);
+                maximum = std::max(maximum, pr[n]);
+              }
+              if (saw_nan) maximum = std::numeric_limits<float>::quiet_NaN();
+              float sum = 0;
+              for (std::int64_t n = 0; n < width; ++n) {
+                pr[n] = std::exp(pr[n] - maximum);
+                sum += pr[n];
+              }
+              for (std::int64_t n = 0; n < width; ++n) pr[n] = round_float(working, pr[n] / sum);
+              // dP = round(dO V^T), each dot product in order; D = sum_j P dP in f32; dS' = round(scale round(P (dP - D))).
+              float delta = 0;
+              for (std::int64_t n = 0; n < width; ++n) {
+                float dot = 0;
+                const float* v = values.data() + (begin + n) * dv;
+                for (std::int64_t c = 0; c < dv; ++c) dot += grad[c] * v[c];
+                ds[n] = round_float(working, dot);
+                delta += pr[n] * ds[n];
+              }
+              for (std::int64_t n = 0; n < width; ++n)
+                ds[n] = round_float(working, scale * round_float(working, pr[n] * (ds[n] - delta)));
+              if (const std::int64_t slot = q_slot[i]; slot >= 0) {
+                std::fill(dq.begin(), dq.end(), 0.0f);
+                for (std::int64_t n = 0; n < width; ++n) accumulate(dq.data(), keys.data() + (begin + n) * d, ds[n], d);
+                double* target = out.dq_row(b, h, slot);
+                for (std::int64_t c = 0; c < d; ++c) target[c] = round_float(working, dq[c]);
+              }
+            }
+#pragma omp for schedule(static)
+            for (std::int64_t s = 0; s < selected; ++s) {
+              const std::int64_t j = kv_keys[s];
+              for (std::int64_t r = 0; r < count; ++r) {
+                if (j < begins[r] || j >= ends[r]) continue;  // masked: absent
+                accumulate(head_dv.data() + s * dv, grads.data() + r * dv, probs[r * lk + j], dv);
+                accumulate(head_dk.data() + s * d, queries.data() + r * d, dscores[r * lk + j], d);
+              }
+            }
+          }
+        }
+        for (std::size_t n = 0; n < group_dk.size(); ++n) group_dk[n] += round_float(working, head_dk[n]);
+        for (std::size_t n = 0; n < group_dv.size(); ++n) group_dv[n] += round_float(working, head_dv[n]);
+      }
+      for (std::int64_t s = 0; s < selected; ++s) {
+        double* dk = out.dk_row(b, hk, kv_slots[s]);
+        double* dvr = out.dv_row(b, hk, kv_slots[s]);
+        for (std::int64_t c = 0; c < d; ++c) dk[c] = round_float(working, group_dk[s * d + c]);
+        for (std::int64_t c = 0; c < dv; ++c) dvr[c] = round_float(working, group_dv[s * dv + c]);
       }
     }
   }

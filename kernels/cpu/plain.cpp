@@ -96,6 +96,84 @@ RunResult CpuPlain::run(const Problem& p, const Inputs& in) {
   return result;
 }
 
+BackwardResult CpuPlain::run_backward(const Problem& p, const BackwardInputs& in) {
+  BackwardResult result;
+  if (auto refusal = refuse_outside(capabilities(), p)) {
+    result.status = refusal->status;
+    result.message = refusal->message;
+    return result;
+  }
+  result.gradients = make_gradients(p);
+  const std::int64_t d = p.head_dim, dv = p.head_dim_v, group = p.group_size();
+  const float scale = static_cast<float>(p.softmax_scale);
+  const float ds_scale = flaw_ == PlainFlaw::bwd_scale_missing_in_ds ? 1.0f : scale;
+  std::vector<float> logits(static_cast<std::size_t>(p.seqlen_kv)), dq(static_cast<std::size_t>(d));
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    const std::int64_t lq = p.len_q(b), lk = p.len_kv(b);
+    for (std::int64_t hk = 0; hk < p.heads_kv; ++hk) {
+      std::vector<float> dk(static_cast<std::size_t>(lk * d), 0.0f), dvs(static_cast<std::size_t>(lk * dv), 0.0f);
+      for (std::int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+        const bool reduce = flaw_ != PlainFlaw::bwd_gqa_not_reduced || h == hk * group;
+        for (std::int64_t i = 0; i < lq; ++i) {
+          std::fill(dq.begin(), dq.end(), 0.0f);
+          float maximum = -std::numeric_limits<float>::infinity();
+          bool any_key = false, saw_nan = false;
+          for (std::int64_t j = 0; j < lk; ++j) {
+            const bool visible = sees(p, i, j, lq, lk);
+            if (!visible && flaw_ != PlainFlaw::bwd_masked_keys_in_dk) continue;
+            float dot = 0;
+            for (std::int64_t c = 0; c < d; ++c)
+              dot += static_cast<float>(in.inputs.q.get(b, h, i, c)) * static_cast<float>(in.inputs.k.get(b, hk, j, c));
+            logits[j] = dot * scale;
+            if (!visible) continue;
+            saw_nan = saw_nan || std::isnan(logits[j]);
+            maximum = std::max(maximum, logits[j]);
+            any_key = true;
+          }
+          if (any_key) {
+            if (saw_nan) maximum = std::numeric_limits<float>::quiet_NaN();
+            float sum = 0;
+            for (std::int64_t j = 0; j < lk; ++j)
+              if (sees(p, i, j, lq, lk)) sum += std::exp(logits[j] - maximum);
+            // D_i = rowsum(dO_i o O_i), from the O this backward is handed.
+            float delta = 0;
+            for (std::int64_t c = 0; c < dv; ++c) {
+              delta += static_cast<float>(in.dout.get(b, h, i, c)) * static_cast<float>(in.forward.o.get(b, h, i, c));
+              if (flaw_ == PlainFlaw::bwd_delta_low_precision) delta = static_cast<float>(round_to(p.dtype, delta));
+            }
+            for (std::int64_t j = 0; j < lk; ++j) {
+              const bool visible = sees(p, i, j, lq, lk);
+              if (!visible && flaw_ != PlainFlaw::bwd_masked_keys_in_dk) continue;
+              const float prob = std::exp(logits[j] - maximum) / sum;
+              float dprob = 0;
+              for (std::int64_t c = 0; c < dv; ++c)
+                dprob += static_cast<float>(in.dout.get(b, h, i, c)) * static_cast<float>(in.inputs.v.get(b, hk, j, c));
+              const float dscore = prob * (dprob - delta) * ds_scale;
+              if (reduce)
+                for (std::int64_t c = 0; c < d; ++c)
+                  dk[j * d + c] += dscore * static_cast<float>(in.inputs.q.get(b, h, i, c));
+              if (!visible) continue;  // the flaw adds masked keys into dK only
+              for (std::int64_t c = 0; c < d; ++c) dq[c] += dscore * static_cast<float>(in.inputs.k.get(b, hk, j, c));
+              if (reduce)
+                for (std::int64_t c = 0; c < dv; ++c)
+                  dvs[j * dv + c] += prob * static_cast<float>(in.dout.get(b, h, i, c));
+            }
+          }
+          if (flaw_ == PlainFlaw::bwd_d256_only_wrong && d == 256) dq[d - 1] = 0.0f;
+          for (std::int64_t c = 0; c < d; ++c) result.gradients.dq.set(b, h, i, c, dq[c]);
+        }
+        for (std::int64_t i = lq; i < p.seqlen_q; ++i)  // padding rows: 0
+          for (std::int64_t c = 0; c < d; ++c) result.gradients.dq.set(b, h, i, c, 0.0);
+      }
+      for (std::int64_t j = 0; j < p.seqlen_kv; ++j) {
+        for (std::int64_t c = 0; c < d; ++c) result.gradients.dk.set(b, hk, j, c, j < lk ? dk[j * d + c] : 0.0f);
+        for (std::int64_t c = 0; c < dv; ++c) result.gradients.dv.set(b, hk, j, c, j < lk ? dvs[j * dv + c] : 0.0f);
+      }
+    }
+  }
+  return result;
+}
+
 namespace {
 SubjectRegistration<CpuPlain> registration;
 }

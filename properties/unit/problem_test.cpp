@@ -39,6 +39,19 @@ TEST(ProblemTest, WindowAndValuesRoundTrip) {
   EXPECT_NE(to_line(p).find("window=5,-1"), std::string::npos);
 }
 
+TEST(ProblemTest, ABackwardProblemNamesItsPassAndDoutAndAForwardOneNeither) {
+  Problem p = make_problem(1, 4, 2, 33, 17, 64, DType::bf16, MaskKind::causal_br);
+  EXPECT_EQ(to_line(p).find("pass="), std::string::npos);  // forward lines read as before
+  p.pass = Pass::bwd;
+  EXPECT_NE(to_line(p).find(" pass=bwd dout=normal(0,1) "), std::string::npos) << to_line(p);
+  p.dout = ValueDist{ValueFamily::outliers, {0.01, 50}};
+  EXPECT_EQ(parse_problem(to_line(p)), p) << to_line(p);
+  const Problem defaults = parse_problem("b=1 hq=1 sq=3 skv=3 d=8 dtype=f16 pass=bwd");
+  EXPECT_EQ(defaults.pass, Pass::bwd);
+  EXPECT_EQ(defaults.dout, (ValueDist{ValueFamily::normal, {0.0, 1.0}}));
+  EXPECT_EQ(parse_problem("b=1 hq=1 sq=3 skv=3 d=8 dtype=f16 pass=fwd").pass, Pass::fwd);
+}
+
 TEST(ProblemTest, OptionalFieldsTakeTheirDefaults) {
   const Problem p = parse_problem("b=1 hq=4 sq=10 skv=12 d=16 dtype=f32");
   EXPECT_EQ(p.heads_kv, 4);
@@ -120,7 +133,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 scale=1e400", "scale", "outside the range of a double"},
         BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 scale=inf", "scale", "positive finite"},
         BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 mask=window window=9223372036854775807,0", "window", "below 2^31"},
-        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 mask=window window=0,4294967296", "window", "below 2^31"}));
+        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 mask=window window=0,4294967296", "window", "below 2^31"},
+        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 pass=backward", "pass", "unknown pass 'backward'"},
+        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 dout=normal(0,1)", "dout", "pass=bwd only"},
+        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 pass=bwd dout=gauss", "dout", "unknown value distribution"},
+        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 pass=bwd dout=sparse_int(1e19,1)", "dout", "2^53"}));
 
 // A token of 128 KiB is quoted by its first 80 characters at most.
 TEST(ProblemTest, AnErrorQuotesAtMost80CharactersOfAToken) {

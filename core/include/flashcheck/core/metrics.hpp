@@ -10,6 +10,7 @@
 
 #include "flashcheck/core/dtype.hpp"
 #include "flashcheck/core/problem.hpp"
+#include "flashcheck/core/gradients.hpp"
 #include "flashcheck/core/tensor.hpp"
 
 namespace flashcheck {
@@ -97,5 +98,19 @@ struct Bounds {
 /// ULPs, LSE in f32 ULPs.
 CaseMetrics compare(const Problem& problem, const AttentionRows& got, const AttentionRows& want, DType out_dtype,
                     const Bounds& bounds = {});
+
+/// The backward's metrics: one TensorMetrics per gradient. Positions are
+/// (batch, head, row, column) with the query head and row for dQ, the K/V
+/// head and key row for dK and dV.
+struct GradientMetrics {
+  TensorMetrics dq, dk, dv;
+  std::int64_t q_rows_compared = 0;   // valid query rows, over batch and query heads
+  std::int64_t kv_rows_compared = 0;  // valid key rows, over batch and K/V heads
+};
+
+/// Compares a subject's gradients with the reference on the rows both hold
+/// (the same RowSets); padding rows are skipped; ULPs in `out_dtype`.
+GradientMetrics compare_gradients(const Problem& problem, const GradientRows& got, const GradientRows& want,
+                                  DType out_dtype);
 
 }  // namespace flashcheck

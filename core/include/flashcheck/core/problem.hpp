@@ -59,6 +59,13 @@ struct ValueDist {
 
 std::string to_string(const ValueDist& dist);
 
+/// Which pass a problem runs. fwd: Q, K, V -> O, LSE. bwd: the gradients
+/// dQ, dK, dV of the forward for an upstream gradient dO (drawn from
+/// Problem::dout); the subject is handed O and LSE as backward_outputs in
+/// core/backward.hpp defines them.
+enum class Pass : std::uint8_t { fwd, bwd };
+std::string_view to_string(Pass pass);
+
 std::string_view to_string(Layout layout);
 std::string_view to_string(MaskKind mask);
 
@@ -79,6 +86,10 @@ struct Problem {
   std::int64_t window_right = -1;
   double softmax_scale = 0.125;
   ValueDist values;
+  Pass pass = Pass::fwd;
+  /// dO's values (pass=bwd only): the families of `values`, drawn as V's are
+  /// (the structural families that shape Q and K give dO their normal part).
+  ValueDist dout{ValueFamily::normal, {0.0, 1.0}};
   std::uint64_t geometry_seed = 0;
   std::uint64_t data_seed = 0;
 
@@ -153,12 +164,14 @@ std::string printable_excerpt(std::string_view text);
 /// The one-line form, e.g.
 ///   b=2 hq=8 hkv=2 sq=128 skv=256 d=64 dv=64 dtype=bf16 layout=bhsd mask=causal_br
 ///   scale=0.125 values=normal(0.5,1) gseed=1 dseed=7
-/// plus `lens_q=..`, `lens_kv=..` for padded batches and `window=L,R` for window masks.
+/// plus `lens_q=..`, `lens_kv=..` for padded batches, `window=L,R` for window
+/// masks, and `pass=bwd dout=normal(0,1)` for a backward problem (a forward
+/// line names no pass: lines written before the backward pass read the same).
 std::string to_line(const Problem& problem);
 
 /// Parses and validates a line. Optional keys: hkv (= hq), dv (= d), layout
-/// (bhsd), mask (none), scale (1/sqrt(d)), values (normal(0.5,1)), gseed, dseed
-/// (0). Throws BadInput naming the field on any error.
+/// (bhsd), mask (none), scale (1/sqrt(d)), values (normal(0.5,1)), pass (fwd),
+/// dout (normal(0,1), with pass=bwd only), gseed, dseed (0). Throws BadInput naming the field on any error.
 Problem parse_problem(std::string_view line);
 
 /// Checks the invariants (sizes, GQA divisibility, lengths, window only with the

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "flashcheck/core/backward.hpp"
 #include "flashcheck/core/problem.hpp"
 #include "flashcheck/core/tensor.hpp"
 
@@ -102,6 +103,14 @@ struct Capabilities {
   /// pool). Measured: Gpu_cudnn's properties spent 60 s of a 64 s run
   /// building graphs.
   int geometry_pool = 0;
+  /// The backward pass (Problem::pass = bwd): Subject::run_backward computes
+  /// dQ, dK and dV, on the same domain as the forward.
+  bool backward = false;
+  /// The backward is bitwise repeatable: the same inputs give the same bits on
+  /// every run (an ordered dQ reduction, not atomics). The determinism
+  /// property holds a subject that declares it to every bit; any other subject
+  /// to the tolerance.
+  bool backward_deterministic = false;
   /// Documented differences from flashcheck's conventions (empty: none).
   std::string_view known_deviations;
 
@@ -145,6 +154,14 @@ struct RunResult {
   double time_ms = std::numeric_limits<double>::quiet_NaN();
 };
 
+/// What a backward call returns (Status as RunResult's).
+struct BackwardResult {
+  Status status = Status::ok;
+  std::string message;
+  Gradients gradients;
+  double time_ms = std::numeric_limits<double>::quiet_NaN();
+};
+
 /// Times of repeated calls, as `flashcheck bench` reports them.
 struct Timing {
   double median_ms = 0, min_ms = 0, max_ms = 0;
@@ -169,6 +186,11 @@ class Subject {
   /// unsupported (without touching anything) outside it, then unavailable
   /// where this machine cannot run them (no GPU, no driver, too old a GPU).
   virtual RunResult run(const Problem& problem, const Inputs& inputs) = 0;
+  /// Runs one backward call (Problem::pass = bwd) on what core/backward.hpp
+  /// defines; the same order of checks as run(). A subject without a backward
+  /// (Capabilities::backward false) is never called: the domain check refuses
+  /// the problem first.
+  virtual BackwardResult run_backward(const Problem& problem, const BackwardInputs& inputs);
   /// Makes later runs split the keys `splits` ways (0: the subject's own
   /// heuristic). Returns false, changing nothing, where the subject has no such
   /// choice (Capabilities::split_kv is false) or cannot make that many.

@@ -180,4 +180,38 @@ Bounds rule_bounds(const CaseMetrics& baseline, DType out_dtype, const LogitCond
 Verdict decide(const CaseMetrics& subject, const CaseMetrics& baseline, DType out_dtype,
                const LogitCondition& condition = {});
 
+// ---- the backward's rule ---------------------------------------------------
+//
+// For dQ, dK and dV, max and RMSE error against the f64 gradient oracle:
+//     err(subject) <= kGradientBaselineFactor * err(baseline) + floor
+// and the NaN/Inf classes agree position by position. The baseline is
+// cpu_lowp's backward (oracles/cpu_lowp.hpp): autograd through plain attention
+// in the working dtype, as PyTorch's math backend computes it.
+
+/// k_g: flash-attention's own gradient criterion, the forward's factor:
+/// tests/test_flash_attn.py asserts
+///   (dq - dq_ref).abs().max() <= 2 * (dq_pt - dq_ref).abs().max()
+/// (the same for dk and dv), dq_ref from the upcast reference and dq_pt from
+/// plain attention in the working dtype; its hopper/ tests add the floor below.
+inline constexpr double kGradientBaselineFactor = 2.0;
+
+/// The gradients' floor, per gradient g:
+///   kFloorRoundings u(out) max|g_ref|            (the output's own rounding,
+///     hopper/test_flash_attn.py's dq_atol = 2 * (dq_ref + 0.3 - 0.3 - dq_ref).abs().max())
+/// + kAccumulationRoundings u_f32 sqrt(n_g) max|g_ref|
+///   (the f32 sums behind each element, as the forward's accumulation term:
+///   n terms summed recursively carry typically sqrt(n) f32 roundings of the
+///   largest partial sum, Higham & Mary 2019): n_dQ = the keys the longest
+///   compared row sees; n_dK = n_dV = the query rows, over the GQA group, that
+///   the most-seen key is seen by. max|g_ref| stands for the largest partial
+///   sum, which the sum's cancellation can make larger: measured against the
+///   CPU subjects before the rule is trusted (see the closing note of issue 22).
+struct GradientCondition {
+  double dq_terms = 1, dkv_terms = 1;
+};
+
+/// Applies the backward's rule; checks are named dq.max_abs, dq.rmse, dk.*, dv.*.
+Verdict decide_gradients(const GradientMetrics& subject, const GradientMetrics& baseline, DType out_dtype,
+                         const GradientCondition& condition);
+
 }  // namespace flashcheck

@@ -15,4 +15,9 @@ namespace flashcheck {
 /// Draws Q, K and V for a problem, each rounded to the problem's dtype.
 Inputs generate_inputs(const Problem& problem);
 
+/// Draws dO for a backward problem ([batch, heads_q, seqlen_q, dv], the
+/// problem's dtype and layout) from Problem::dout, with the same seeds and
+/// counters that never meet those of Q, K and V.
+HostTensor generate_dout(const Problem& problem);
+
 }  // namespace flashcheck

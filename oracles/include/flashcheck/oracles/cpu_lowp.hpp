@@ -18,6 +18,7 @@
 // separate from cpu_f64's.
 #pragma once
 
+#include "flashcheck/core/gradients.hpp"
 #include "flashcheck/core/subject.hpp"
 #include "flashcheck/core/tensor.hpp"
 
@@ -26,6 +27,19 @@ namespace flashcheck {
 /// The baseline's O and LSE for the given rows, computed in `working` precision
 /// (inputs are rounded to it first when the storage dtype is wider).
 AttentionRows cpu_lowp_rows(const Problem& problem, const Inputs& inputs, const RowSet& rows, DType working);
+
+/// The baseline's gradients: dQ on `q_rows`, dK and dV on `kv_rows`, as a
+/// framework's math backend computes them in `working` precision (autograd
+/// through S = (Q K^T) scale, P = softmax(S), O = P V, rounding after each
+/// node): P recomputed as the forward baseline does; dP = round(dO V^T);
+/// dS = round(P (dP - D)) with D_i = sum_j P_ij dP_ij in f32 (the softmax's
+/// backward); dS' = round(scale dS); dQ = round(dS' K), dK = round(dS'^T Q),
+/// dV = round(P^T dO), every product accumulated in f32 in index order. For
+/// GQA, each query head's dK and dV are rounded, then summed over the group
+/// in f32 and rounded once (the backward of repeating K and V). Its masks
+/// are this file's own code; the O and LSE the subject is handed are not used.
+GradientRows cpu_lowp_gradients(const Problem& problem, const Inputs& inputs, const HostTensor& dout,
+                                const RowSet& q_rows, const RowSet& kv_rows, DType working);
 
 /// Domain of the smoke-cpu-lowp smoke test: everything the vocabulary can express.
 inline constexpr Capabilities kCpuLowpCapabilities = {

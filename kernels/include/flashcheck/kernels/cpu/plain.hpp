@@ -25,6 +25,12 @@ enum class PlainFlaw {
   window_off_by_one,         // the sliding window's left edge one key wider
   scale_hardcoded_d64,       // at d = 64, logits scaled by 1/sqrt(64) whatever Problem::softmax_scale says
   bf16_truncating_epilogue,  // bf16 O rounded toward zero (the mantissa's low bits dropped), not to nearest
+  // Backward flaws (issue 22's bug classes):
+  bwd_scale_missing_in_ds,   // dS not multiplied by the softmax scale: dQ and dK off by 1/scale
+  bwd_gqa_not_reduced,       // dK and dV from the first query head of each group only
+  bwd_masked_keys_in_dk,     // masked keys' dS (P of the unmasked softmax) added into dK
+  bwd_delta_low_precision,   // D_i = rowsum(dO o O) accumulated in the storage dtype, not f32
+  bwd_d256_only_wrong,       // at d = 256 the last column of dQ is left at 0
 };
 
 inline constexpr Capabilities kCpuPlainCapabilities = {
@@ -38,6 +44,8 @@ inline constexpr Capabilities kCpuPlainCapabilities = {
     .lse = true,
     .tile_q = 1,
     .tile_kv = 16,
+    .backward = true,
+    .backward_deterministic = true,
 };
 
 class CpuPlain final : public Subject {
@@ -50,6 +58,11 @@ class CpuPlain final : public Subject {
   std::string_view description() const override { return description_; }
   const Capabilities& capabilities() const override { return kCpuPlainCapabilities; }
   RunResult run(const Problem& problem, const Inputs& inputs) override;
+  /// The textbook backward in f32: P recomputed from Q and K, D_i = rowsum(dO o O)
+  /// from the O it is handed, dS = P o (dP - D), dQ = scale dS K, dK = scale
+  /// dS^T Q, dV = P^T dO, each sum accumulated in f32 in index order and
+  /// rounded once to the dtype; dK and dV summed over the GQA group.
+  BackwardResult run_backward(const Problem& problem, const BackwardInputs& inputs) override;
 
  private:
   bool sees(const Problem& p, std::int64_t i, std::int64_t j, std::int64_t lq, std::int64_t lk) const;
