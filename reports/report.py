@@ -22,13 +22,15 @@ import os
 import statistics
 import sys
 
-SCHEMA = 3  # core/record.hpp kRecordSchema
+SCHEMA = 4  # core/record.hpp kRecordSchema
 # Schema 1 lacks the verdicts `vacuous` and `deviation`: its passes that compared
 # no row are read as vacuous (normalise_verdict). Schemas 1 and 2 lack
-# `rows_basis` (every or sampled rows) and `every_row_unavailable`.
-READABLE_SCHEMAS = (1, 2, 3)
-HIST_LOG10_FLOORS = [0.0, 5e-324] + [10.0 ** (i - 16) for i in range(20)] + [1e4]  # core/metrics.hpp
-ULP_FLOORS = [0.0, 2.0 ** -9] + [2.0 ** (i - 8) for i in range(28)] + [2.0 ** 20]
+# `rows_basis` (every or sampled rows) and `every_row_unavailable`. Schemas 1
+# to 3 lack `histogram_edges`: their histograms have the bins of
+# LEGACY_HISTOGRAM_EDGES. From schema 4 on, each judged case carries its edges.
+READABLE_SCHEMAS = (1, 2, 3, 4)
+LEGACY_HISTOGRAM_EDGES = dict(log10=[0.0, 0.0] + [10.0 ** (i - 16) for i in range(21)] + [math.inf],
+                              ulp_log2=[0.0, 0.0] + [2.0 ** (i - 8) for i in range(29)] + [math.inf])
 # Thresholds of the baseline comparison, named here and printed in the report.
 SPEED_MIN_CHANGE = 0.05      # a slowdown below 5% is never flagged
 SPEED_NOISE_FACTOR = 3.0     # nor one below 3x the runs' relative interquartile range
@@ -212,6 +214,32 @@ def num(value, default=0.0):
     return float(value)
 
 
+def histogram_edges(record):
+    """The edges of a case's histograms: the record's (schema 4 on), else the
+    bins that schemas 1 to 3 were written with."""
+    edges = record.get("histogram_edges")
+    if not isinstance(edges, dict):
+        return LEGACY_HISTOGRAM_EDGES
+    return {key: [num(x, math.nan) for x in edges.get(key) or []] for key in ("log10", "ulp_log2")}
+
+
+def bin_labels(edges, kind):
+    """A label per bin, from its edges: "0", "<1e-16", "1e-16", ..., ">=1e4"."""
+    def power(x):
+        return f"1e{round(math.log10(x))}" if kind == "abs" else f"2^{round(math.log2(x))}"
+    labels = []
+    for low, high in zip(edges, edges[1:]):
+        if high == 0:
+            labels.append("0")
+        elif low == 0:
+            labels.append(f"<{power(high)}")
+        elif math.isinf(high):
+            labels.append(f">={power(low)}")
+        else:
+            labels.append(power(low))
+    return labels
+
+
 def add_into(total, counts):
     if counts is None:
         return total
@@ -220,7 +248,7 @@ def add_into(total, counts):
     return [a + b for a, b in zip(total, counts)]
 
 
-def quantile_edge(histogram, floors, q):
+def quantile_edge(histogram, edges, q):
     """The upper edge of the bin holding quantile q of a merged histogram."""
     total = sum(histogram)
     if not total:
@@ -231,7 +259,7 @@ def quantile_edge(histogram, floors, q):
         if running >= q * total:
             if i == 0:
                 return 0.0  # the bin of exact zeros
-            return floors[i + 1] if i + 1 < len(floors) else math.inf
+            return edges[i + 1] if i + 1 < len(edges) else math.inf
     return math.inf
 
 
@@ -246,7 +274,7 @@ def accuracy(records):
                                          failures=collections.Counter(), failed=[], worst=[], hist=None,
                                          ulp=None, base_hist=None, base_ulp=None, peer_hist=None, peer_ulp=None,
                                          max_abs=0.0, sq_sum=0.0, count=0, max_ulp=0.0, per_case=[],
-                                         versions=set()))
+                                         versions=set(), edges=None))
         verdict = r.get("verdict", "error")
         if verdict == "unsupported":
             g["unsupported"] += 1
@@ -281,6 +309,12 @@ def accuracy(records):
             g["worst"].append((num(ratio), r.get("problem", "")))
         e = errors_of(r)
         if e:
+            edges = histogram_edges(r)
+            if g["edges"] is None:
+                g["edges"] = edges
+            elif edges != g["edges"]:  # counts of other bins cannot be added
+                raise BadInput(f"{r.get('_file', '?')}: a case of {key[0]} ({key[1]}) has histogram edges unlike "
+                               "the other cases' (records of another flashcheck version?): report them apart")
             g["hist"] = add_into(g["hist"], e.get("histogram_log10"))
             g["ulp"] = add_into(g["ulp"], e.get("histogram_ulp_log2"))
             g["max_abs"] = max(g["max_abs"], num(e.get("max_abs")))
@@ -302,7 +336,8 @@ def accuracy(records):
         g["rel_rmse_median"] = statistics.median(relative) if relative else None
         g["rel_rmse_max"] = max(relative) if relative else None
         hist = g["hist"] or []
-        g["p50"], g["p99"], g["p999"] = (quantile_edge(hist, HIST_LOG10_FLOORS, q) for q in (0.5, 0.99, 0.999))
+        edges = (g["edges"] or LEGACY_HISTOGRAM_EDGES)["log10"]
+        g["p50"], g["p99"], g["p999"] = (quantile_edge(hist, edges, q) for q in (0.5, 0.99, 0.999))
     return groups
 
 
@@ -424,8 +459,6 @@ def histogram_grid(groups, kind):
     columns = 4
     rows = math.ceil(len(panels) / columns)
     figure, axes = plt.subplots(rows, columns, figsize=(4 * columns, 2.8 * rows), squeeze=False)
-    labels_abs = ["0", "<1e-16"] + [f"1e{i - 16}" for i in range(20)] + [">=1e4"]
-    labels_ulp = ["0", "<2^-8"] + [f"2^{i - 8}" for i in range(28)] + [">=2^20"]
     for ax in axes.flat[len(panels):]:
         ax.axis("off")
     for ax, g in zip(axes.flat, panels):
@@ -439,7 +472,8 @@ def histogram_grid(groups, kind):
             total = sum(counts)
             ax.step(range(len(counts)), [c / total for c in counts], where="mid", label=label, color=color,
                     linewidth=width, zorder=order)
-        labels = labels_abs if kind == "abs" else labels_ulp
+        edges = g["edges"] or LEGACY_HISTOGRAM_EDGES
+        labels = bin_labels(edges["log10"] if kind == "abs" else edges["ulp_log2"], kind)
         ticks = list(range(0, len(labels), 4))
         ax.set_xticks(ticks)
         ax.set_xticklabels([labels[t] for t in ticks], fontsize=7, rotation=45)

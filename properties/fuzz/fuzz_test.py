@@ -291,7 +291,7 @@ class Sweep(unittest.TestCase):
         self.assertLess(time.monotonic() - start, 60)
         self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
         (record,) = records(self.out("a"))
-        self.assertEqual((record["verdict"], record["schema"]), ("timeout", 3))
+        self.assertEqual((record["verdict"], record["schema"]), ("timeout", 4))
 
     def test_sanitize_mode_without_the_tool_is_one_line_and_exit_2(self):
         env = dict(os.environ, FLASHCHECK_COMPUTE_SANITIZER="/nonexistent/compute-sanitizer")
