@@ -110,6 +110,7 @@ TEST(CliTest, RecordsAreAppendedAsJsonLines) {
   int records = 0;
   while (std::getline(file, line)) {
     const auto record = nlohmann::json::parse(line);
+    EXPECT_NO_THROW((void)parse_record(line)) << "the typed reader reads what the CLI wrote: " << line;
     EXPECT_EQ(record["subject"], "smoke-cpu-lowp");
     EXPECT_EQ(record["verdict"], "pass");
     EXPECT_EQ(record["schema"], kRecordSchema);
