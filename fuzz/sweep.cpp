@@ -75,9 +75,9 @@ Recorded read_records(const fs::path& path) {
     try {
       read = parse_record(line);
     } catch (const RecordError& error) {  // whole, but not a record this build reads: never cut off
-      throw std::runtime_error(fmt::format("fuzz: {}: line {}: {}", path.string(),
-                                           std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(start), '\n') + 1,
-                                           error.what()));
+      throw std::invalid_argument(fmt::format(
+          "fuzz: {} line {}: {} (a sweep of another flashcheck version? give a new --out)", path.string(),
+          std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(start), '\n') + 1, error.what()));
     }
     if (const auto* record = std::get_if<CaseRecord>(&read)) {
       if (!record->case_key.empty()) done.cases.insert(record->case_key);
