@@ -86,6 +86,27 @@ class RecordSchema(unittest.TestCase):
             self.assertEqual(report.bin_labels(edges["log10"], "abs")[:3], ["0", "<1e-16", "1e-16"])
             self.assertEqual(report.bin_labels(edges["ulp_log2"], "ulp")[-1], ">=2^20")
 
+    def test_the_report_bins_by_the_edges_the_records_carry(self):
+        import copy
+        import report
+        warnings = []
+        cases = [r for r in report.read_records([self.path], warnings)
+                 if r.get("verdict") == "pass" and r.get("subject") == "scripted"]
+        self.assertTrue(cases)
+        before = report.accuracy(copy.deepcopy(cases))
+        # The same counts, written with edges ten times larger: the percentiles follow the edges.
+        shifted = copy.deepcopy(cases)
+        for r in shifted:
+            r["histogram_edges"]["log10"] = [x * 10 if isinstance(x, float) else x
+                                             for x in r["histogram_edges"]["log10"]]
+        after = report.accuracy(shifted)
+        for key, group in before.items():
+            self.assertGreater(group["p99"], 0)
+            self.assertAlmostEqual(after[key]["p99"], 10 * group["p99"], delta=1e-9 * group["p99"])
+        # Cases binned otherwise cannot be merged: one line, never a silent sum.
+        with self.assertRaises(report.BadInput):
+            report.accuracy(copy.deepcopy(cases[:1]) + shifted)
+
 
 if __name__ == "__main__":
     try:
