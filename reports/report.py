@@ -852,9 +852,9 @@ def main():
     try:
         records = read_records(args.paths, warnings)
         baseline = read_records(args.baseline, warnings) if args.baseline else None
+        groups = accuracy(records)  # BadInput where cases binned otherwise would be merged
     except BadInput as error:
         fail(str(error))
-    groups = accuracy(records)
     rows = bench_rows(records, warnings)
     if not groups and not rows:
         fail(f"no case or bench records among the {len(records)} record(s) under {', '.join(args.paths)}")

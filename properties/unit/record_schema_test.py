@@ -20,6 +20,7 @@ import unittest
 SAMPLES = sys.argv.pop(1) if len(sys.argv) > 1 else "record_samples"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCHEMA = os.path.join(ROOT, "docs", "record.schema.json")
+sys.dont_write_bytecode = True  # no __pycache__ left in the source tree
 sys.path.insert(0, os.path.join(ROOT, "reports"))
 
 
