@@ -135,62 +135,70 @@ int run_sanitize(const FuzzOptions& options) {
       const double watchdog = 10 * watchdog_for(problem, options.watchdog_seconds);
       const Finished run = run_once(argv, request(key, *subject, problem) + "\n", watchdog);
 
-      nlohmann::json record = nlohmann::json::parse(run.out.substr(0, run.out.find('\n')), nullptr, false);
-      if (record.is_discarded() || !record.is_object())
-        record = {{"schema", kRecordSchema}, {"verdict", "crash"}, {"check", "crash"}};
+      CaseRecord record;
+      try {
+        Record read = parse_record(std::string_view(run.out).substr(0, run.out.find('\n')));
+        if (auto* case_record = std::get_if<CaseRecord>(&read)) record = std::move(*case_record);
+        else throw RecordError("not a case");
+      } catch (const RecordError&) {  // no record: the worker died before writing one
+        record = CaseRecord{};
+        record.verdict = CaseVerdict::crash;
+        record.check = "crash";
+      }
       const bool exited = !run.timed_out && run.status.exited();
       const int code = exited ? run.status.code() : -1;
       const std::vector<std::string> report = report_lines(log, 8);
-      record["case"] = key;
-      record["subject"] = name;
-      record["problem"] = to_line(problem);
-      record["sanitizer"] = {{"tool", options.sanitize}, {"exit_code", code}, {"log", log.string()}, {"report", report}};
-      record["reproducer"] =
-          fmt::format("compute-sanitizer --tool {} {}", options.sanitize, replay_command(name, problem));
+      record.case_key = key;
+      record.subject = name;
+      record.problem = to_line(problem);
+      record.sanitizer = SanitizerRun{options.sanitize, code, log.string(), report};
+      record.reproducer = fmt::format("compute-sanitizer --tool {} {}", options.sanitize, replay_command(name, problem));
       Tally& t = tally[name];
       if (code == kFindingExit) {
-        record["verdict"] = "fail";
-        record["check"] = "sanitizer:" + options.sanitize;
-        record["message"] = report.empty() ? "compute-sanitizer reported an error" : report.front();
+        record.verdict = CaseVerdict::fail;
+        record.check = "sanitizer:" + options.sanitize;
+        record.message = report.empty() ? "compute-sanitizer reported an error" : report.front();
       } else if (run.timed_out) {
-        record["verdict"] = "timeout";
-        record["check"] = "timeout";
-        record["message"] = fmt::format("no answer within the {:.0f} s watchdog under {}", watchdog, options.sanitize);
+        record.verdict = CaseVerdict::timeout;
+        record.check = "timeout";
+        record.message = fmt::format("no answer within the {:.0f} s watchdog under {}", watchdog, options.sanitize);
       } else if (!exited || code != 0) {
         // The tool itself failed (or the worker crashed): the case was not checked.
-        const bool crashed = !exited || record.value("verdict", "") == "crash";
-        record["verdict"] = crashed ? "crash" : "error";
-        record["check"] = crashed ? "crash" : "sanitizer_error";
-        record["message"] = exited ? fmt::format("compute-sanitizer exited with status {}{}", code,
-                                                 report.empty() ? "" : ": " + report.front())
-                                   : fmt::format("killed by signal {}", run.status.signal());
+        const bool crashed = !exited || record.verdict == CaseVerdict::crash;
+        record.verdict = crashed ? CaseVerdict::crash : CaseVerdict::error;
+        record.check = crashed ? "crash" : "sanitizer_error";
+        record.message = exited ? fmt::format("compute-sanitizer exited with status {}{}", code,
+                                              report.empty() ? "" : ": " + report.front())
+                                : fmt::format("killed by signal {}", run.status.signal());
       }
-      record["sweep"] = {{"seed", options.seed}, {"sanitize", options.sanitize}};
-      append_durably(records, record.dump());
+      // A finding on a case whose judge record was lost (the worker died under
+      // the tool): a failure with no metrics to show, which is an error, not a fail.
+      if (record.verdict == CaseVerdict::fail && !record.judged) record.verdict = CaseVerdict::error;
+      record.sweep = SweepOrigin{options.seed, std::nullopt, std::nullopt, options.sanitize};
+      append_durably(records, dump_record(record));
 
-      const std::string verdict = record.value("verdict", "error");
-      if (verdict == "unsupported") {
+      if (record.verdict == CaseVerdict::unsupported) {
         ++t.unsupported;
         continue;
       }
-      if (verdict == "unavailable") {  // nothing ran under the tool: not a clean case
+      if (record.verdict == CaseVerdict::unavailable) {  // nothing ran under the tool: not a clean case
         ++t.unavailable;
         if (options.require_gpu) ++failures;
         continue;
       }
       ++t.cases;
-      if (!failed(record)) continue;
+      if (!record.failed()) continue;
       if (code == kFindingExit) {
         ++t.findings;
         ++findings;
-        if (t.first.empty()) t.first = record["message"].get<std::string>();
+        if (t.first.empty()) t.first = record.message;
       } else {
         ++t.other_failures;
       }
       ++failures;
       append_durably(corpus / (name + ".problems"),
-                     fmt::format("# {}: {} ({})\n{}", key, record.value("check", "fail"),
-                                 record.value("message", ""), to_line(problem)));
+                     fmt::format("# {}: {} ({})\n{}", key, record.check.empty() ? "fail" : record.check,
+                                 record.message, to_line(problem)));
     }
   }
   fmt::print("\nsanitize summary: {} under compute-sanitizer ({}), {} finding(s), {} other failure(s) in {:.1f} min; "

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <thread>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -60,14 +61,6 @@ double number(const nlohmann::json& record, const char* key) {
   return found != record.end() && found->is_number() ? found->get<double>() : 0.0;
 }
 
-bool failed(const nlohmann::json& record) {
-  // vacuous (nothing compared) and deviation (a limit the subject declares)
-  // are no failures, and no passes either: the summary counts them apart.
-  const std::string verdict = record.value("verdict", "error");
-  return verdict != "pass" && verdict != "unsupported" && verdict != "unavailable" && verdict != "vacuous" &&
-         verdict != "deviation";
-}
-
 Recorded read_records(const fs::path& path) {
   Recorded done;
   if (!fs::exists(path)) return done;
@@ -77,12 +70,21 @@ Recorded read_records(const fs::path& path) {
   while (start < text.size()) {
     const std::size_t end = text.find('\n', start);
     if (end == std::string::npos) break;  // torn: no newline
-    const auto record = nlohmann::json::parse(text.begin() + static_cast<std::ptrdiff_t>(start),
-                                              text.begin() + static_cast<std::ptrdiff_t>(end), nullptr, false);
-    if (record.is_discarded()) break;
-    if (record.contains("case")) done.cases.insert(record["case"].get<std::string>());
-    if (failed(record) && record.contains("subject")) done.failed_subjects.insert(record["subject"].get<std::string>());
-    if (failed(record) && record.contains("case")) done.failed_cases.insert(record["case"].get<std::string>());
+    const std::string_view line(text.data() + start, end - start);
+    if (nlohmann::json::parse(line.begin(), line.end(), nullptr, false).is_discarded()) break;  // torn
+    Record read;
+    try {
+      read = parse_record(line);
+    } catch (const RecordError& error) {  // whole, but not a record this build reads: never cut off
+      throw std::invalid_argument(fmt::format(
+          "fuzz: {} line {}: {} (a sweep of another flashcheck version? give a new --out)", path.string(),
+          std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(start), '\n') + 1, error.what()));
+    }
+    if (const auto* record = std::get_if<CaseRecord>(&read)) {
+      if (!record->case_key.empty()) done.cases.insert(record->case_key);
+      if (record->failed() && !record->subject.empty()) done.failed_subjects.insert(record->subject);
+      if (record->failed() && !record->case_key.empty()) done.failed_cases.insert(record->case_key);
+    }
     good = end + 1;
     start = end + 1;
   }
@@ -278,23 +280,34 @@ std::uint64_t mix(std::uint64_t seed, std::int64_t k) {
 /// A case's record from its worker's reply (a crash or timeout record when it
 /// gave none). The worker's judge record names the case already; what a
 /// crash, a timeout or a worker error leaves out is filled in here.
-nlohmann::json record_of(const Worker::Reply& reply, const std::string& key, const Subject& subject,
-                         const Problem& problem) {
-  nlohmann::json record;
+CaseRecord record_of(const Worker::Reply& reply, const std::string& key, const Subject& subject,
+                     const Problem& problem) {
+  CaseRecord record;
   if (reply.outcome == Worker::Outcome::record) {
-    record = nlohmann::json::parse(reply.line, nullptr, false);
-    if (record.is_discarded())
-      record = {{"schema", kRecordSchema}, {"verdict", "error"}, {"check", "error"},
-                {"message", "the worker wrote a line that is not JSON"}};
+    std::string why;
+    try {
+      Record read = parse_record(reply.line);
+      if (auto* case_record = std::get_if<CaseRecord>(&read)) record = std::move(*case_record);
+      else why = "the worker wrote a record that is not a case";
+    } catch (const RecordError& error) {
+      why = fmt::format("the worker wrote a line that is not a record ({})", error.what());
+    }
+    if (!why.empty()) {
+      record = CaseRecord{};
+      record.verdict = CaseVerdict::error;
+      record.check = "error";
+      record.message = why;
+    }
   } else {
     const bool timed_out = reply.outcome == Worker::Outcome::timed_out;
-    record = {{"schema", kRecordSchema}, {"verdict", timed_out ? "timeout" : "crash"},
-              {"check", timed_out ? "timeout" : "crash"}, {"message", reply.how}};
+    record.verdict = timed_out ? CaseVerdict::timeout : CaseVerdict::crash;
+    record.check = timed_out ? "timeout" : "crash";
+    record.message = reply.how;
   }
-  record["case"] = key;
-  if (!record.contains("subject")) record["subject"] = std::string(subject.name());
-  if (!record.contains("problem")) record["problem"] = to_line(problem);
-  if (!record.contains("reproducer")) record["reproducer"] = replay_command(subject.name(), problem);
+  record.case_key = key;
+  if (record.subject.empty()) record.subject = subject.name();
+  if (record.problem.empty()) record.problem = to_line(problem);
+  if (record.reproducer.empty()) record.reproducer = replay_command(subject.name(), problem);
   return record;
 }
 
@@ -319,9 +332,9 @@ std::optional<Problem> shrink(Worker& worker, const Subject& subject, rc::Shrink
       } catch (const rc::GenerationFailure&) {
         continue;
       }
-      const nlohmann::json record =
+      const CaseRecord record =
           record_of(worker.run(request("shrink", subject, problem), watchdog), "shrink", subject, problem);
-      if (failed(record) && record.value("check", "") == check) {
+      if (record.failed() && record.check == check) {
         failing = *candidate;
         smallest = problem;
         smaller = true;
@@ -427,55 +440,56 @@ int run_sweep(const FuzzOptions& options) {
   // worker that found it), the stats, and the corpus.
   const auto finish = [&](Worker& worker, const Case& c, const Worker::Reply& reply) {
     Subject& subject = *c.subject;
-    nlohmann::json record = record_of(reply, c.key, subject, c.problem);
+    CaseRecord record = record_of(reply, c.key, subject, c.problem);
     // A sticky device fault ends the worker's usefulness (it exits after its
     // record): the next case, and any shrinking, get a fresh process.
-    if (record.value("status", "") == "fault") worker.stop();
-    record["sweep"] = {{"seed", options.seed}, {"shard", options.shard}, {"shards", options.shards}};
+    if (record.status == Status::fault) worker.stop();
+    record.sweep = SweepOrigin{options.seed, options.shard, options.shards, {}};
     SubjectStats& s = stats[std::string(subject.name())];
-    const bool is_failure = failed(record);
+    const bool is_failure = record.failed();
     std::optional<Problem> shrunk;
     // A hang is not shrunk: each try would cost a whole watchdog (up to
     // --shrink-runs of them), and its line already reproduces it.
-    if (is_failure && c.drawn && record.value("verdict", "") != "timeout") {
-      shrunk = shrink(worker, subject, *c.drawn, record.value("check", ""), c.watchdog, options.shrink_runs);
-      if (shrunk) record["shrunk_problem"] = to_line(*shrunk);
+    if (is_failure && c.drawn && record.verdict != CaseVerdict::timeout) {
+      shrunk = shrink(worker, subject, *c.drawn, record.check, c.watchdog, options.shrink_runs);
+      if (shrunk) record.shrunk_problem = to_line(*shrunk);
     }
-    append_durably(records, record.dump());
+    append_durably(records, dump_record(record));
     done.insert(c.key);
 
     s.seconds += std::chrono::duration<double>(Clock::now() - c.started).count();
-    if (record.value("verdict", "") == "unsupported") {
+    if (record.verdict == CaseVerdict::unsupported) {
       ++s.unsupported;
       return;
     }
-    if (record.value("verdict", "") == "unavailable") {  // the machine cannot run it: neither pass nor fail
-      if (s.unavailable++ == 0) s.unavailable_because = record.value("message", "");
+    if (record.verdict == CaseVerdict::unavailable) {  // the machine cannot run it: neither pass nor fail
+      if (s.unavailable++ == 0) s.unavailable_because = record.message;
       return;
     }
     ++s.cases;
     ++ran;
-    if (record.contains("timing_ms")) {
-      const nlohmann::json& timing = record["timing_ms"];
-      subject_ms += number(timing, "subject");
-      inputs_ms += number(timing, "inputs");
-      oracle_ms += number(timing, "oracle") + number(timing, "baseline");
+    if (record.timing) {
+      subject_ms += record.timing->subject_ms;
+      inputs_ms += record.timing->inputs_ms;
+      oracle_ms += record.timing->oracle_ms + record.timing->baseline_ms;
     }
-    s.worst_ratio = std::max(s.worst_ratio, number(record, "worst_ratio"));
+    if (record.worst_ratio && std::isfinite(*record.worst_ratio)) s.worst_ratio = std::max(s.worst_ratio, *record.worst_ratio);
     if (!is_failure) {
-      const std::string verdict = record.value("verdict", "");
-      ++(verdict == "vacuous" ? s.vacuous : verdict == "deviation" ? s.deviations : s.passed);
+      ++(record.verdict == CaseVerdict::vacuous     ? s.vacuous
+         : record.verdict == CaseVerdict::deviation ? s.deviations
+                                                    : s.passed);
       return;
     }
     ++failures;
-    ++s.failures[record.value("check", "fail")];
+    const std::string check = record.check.empty() ? "fail" : record.check;
+    ++s.failures[check];
     if (auto mutant = first_catch.find(std::string(subject.name())); mutant != first_catch.end()) {
       if (!mutant->second) mutant->second = std::chrono::duration<double>(Clock::now() - started).count();
       caught.insert(mutant->first);
     }
     if (!c.drawn) return;  // a corpus entry: already stored
-    std::string entry = fmt::format("# case {}: {} ({})\n{}", c.key, record.value("check", "fail"),
-                                    record.value("message", record.value("rule", "")), to_line(c.problem));
+    const std::string why = !record.message.empty() ? record.message : record.judged ? record.judged->rule : "";
+    std::string entry = fmt::format("# case {}: {} ({})\n{}", c.key, check, why, to_line(c.problem));
     if (shrunk) entry += fmt::format("\n# case {} shrunk (the same check fails)\n{}", c.key, to_line(*shrunk));
     append_durably(corpus / (std::string(subject.name()) + ".problems"), entry);
   };

@@ -49,9 +49,11 @@ int run_worker(EveryRow every_row) {
   std::string line;
   while (std::getline(std::cin, line)) {
     const std::size_t tab1 = line.find('\t'), tab2 = line.find('\t', tab1 + 1);
-    nlohmann::json record;
+    CaseRecord record;
     if (tab1 == std::string::npos || tab2 == std::string::npos) {
-      record = {{"schema", kRecordSchema}, {"verdict", "error"}, {"message", "fuzz-worker: malformed case line"}};
+      record.verdict = CaseVerdict::error;
+      record.check = "error";
+      record.message = "fuzz-worker: malformed case line";
     } else {
       const std::string key = line.substr(0, tab1), name = line.substr(tab1 + 1, tab2 - tab1 - 1);
       try {
@@ -63,19 +65,22 @@ int run_worker(EveryRow every_row) {
         options.every_row = every_row;
         const CaseResult result = judge(*subject, problem, options);
         record = to_record(result);
-        record["check"] = failed_check(result);
-        record["worst_ratio"] = result.ran() ? result.verdict.worst_ratio : 0.0;
+        record.check = failed_check(result);
+        record.worst_ratio = result.ran() ? result.verdict.worst_ratio : 0.0;
       } catch (const std::exception& error) {
-        record = {{"schema", kRecordSchema}, {"subject", name},      {"problem", line.substr(tab2 + 1)},
-                  {"verdict", "error"},          {"check", "error"},
-                  {"message", error.what()}};
+        record = CaseRecord{};
+        record.subject = name;
+        record.problem = line.substr(tab2 + 1);
+        record.verdict = CaseVerdict::error;
+        record.check = "error";
+        record.message = error.what();
       }
-      record["case"] = key;
+      record.case_key = key;
     }
-    std::cout << record.dump() << '\n' << std::flush;
+    std::cout << dump_record(record) << '\n' << std::flush;
     // A sticky CUDA error leaves this process's context unusable: exit after
     // reporting it, so that the driver starts a fresh worker.
-    if (record.value("status", "") == "fault") return 0;
+    if (record.status == Status::fault) return 0;
   }
   return 0;
 }

@@ -277,44 +277,45 @@ std::string explain(const CaseResult& r) {
   return text + fmt::format("  replay: {}\n", r.reproducer());
 }
 
-nlohmann::json to_record(const CaseResult& r) {
-  nlohmann::json record = {
-      {"schema", kRecordSchema},
-      {"subject", r.subject},
-      {"problem", to_line(r.problem)},
-      {"geometry_seed", r.problem.geometry_seed},
-      {"data_seed", r.problem.data_seed},
-      {"dtype", std::string(to_string(r.problem.dtype))},
-      {"status", std::string(to_string(r.status))},
-      {"reproducer", r.reproducer()},
-      {"timing_ms", {{"inputs", r.inputs_ms}, {"subject", r.subject_ms}, {"oracle", r.oracle_ms}, {"baseline", r.baseline_ms}}},
-  };
-  record["time"] = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  if (std::isfinite(r.subject_reported_ms)) record["timing_ms"]["subject_reported"] = r.subject_reported_ms;
-  if (!r.message.empty()) record["message"] = r.message;
-  if (!r.subject_version.empty()) record["subject_version"] = r.subject_version;
+CaseRecord to_record(const CaseResult& r) {
+  CaseRecord record;
+  record.time = record_time_now();
+  record.subject = r.subject;
+  record.problem = to_line(r.problem);
+  record.geometry_seed = r.problem.geometry_seed;
+  record.data_seed = r.problem.data_seed;
+  record.dtype = r.problem.dtype;
+  record.status = r.status;
+  record.reproducer = r.reproducer();
+  record.timing = CaseTiming{r.inputs_ms, r.subject_ms, r.oracle_ms, r.baseline_ms, std::nullopt};
+  if (std::isfinite(r.subject_reported_ms)) record.timing->subject_reported_ms = r.subject_reported_ms;
+  record.message = r.message;
+  record.subject_version = r.subject_version;
   if (!r.ran()) {
-    record["verdict"] = to_string(r.status);
+    record.verdict = r.status == Status::unsupported   ? CaseVerdict::unsupported
+                     : r.status == Status::unavailable ? CaseVerdict::unavailable
+                     : r.status == Status::fault       ? CaseVerdict::fault
+                                                       : CaseVerdict::error;
     return record;
   }
-  record["verdict"] = to_string(r.verdict_kind);
-  record["rule"] = r.verdict.rule;
-  record["rows_checked"] = r.rows.size();
-  record["rows_basis"] = r.on_every_row() ? "every" : "sampled";
-  if (!r.every_row_unavailable.empty()) record["every_row_unavailable"] = r.every_row_unavailable;
-  record["rows_visible"] = r.rows_visible;
-  if (r.verdict_kind == VerdictKind::deviation) record["deviation"] = r.deviation;
-  record["baseline"] = {{"name", "cpu_lowp"}, {"dtype", std::string(to_string(r.baseline_dtype))},
-                        {"metrics", to_json(r.baseline_metrics)}};
-  record["metrics"] = to_json(r.subject_metrics);
-  record["tolerance"] = to_json(r.verdict);
-  if (r.peer)
-    record["peer"] = {{"name", r.peer->name}, {"version", r.peer->version}, {"metrics", to_json(r.peer->metrics)},
-                      {"o_max_ratio", r.peer->o_max_ratio}, {"o_rmse_ratio", r.peer->o_rmse_ratio}};
-  record["logit_condition"] = {{"o_max", r.condition.o_max}, {"o_rms", r.condition.o_rms},
-                               {"lse_max", r.condition.lse_max}, {"lse_rms", r.condition.lse_rms},
-                               {"accumulation_o", r.condition.accumulation_o},
-                               {"accumulation_lse", r.condition.accumulation_lse}};
+  switch (r.verdict_kind) {
+    case VerdictKind::pass: record.verdict = CaseVerdict::pass; break;
+    case VerdictKind::fail: record.verdict = CaseVerdict::fail; break;
+    case VerdictKind::vacuous: record.verdict = CaseVerdict::vacuous; break;
+    case VerdictKind::deviation: record.verdict = CaseVerdict::deviation; break;
+  }
+  Judgement& judged = record.judged.emplace();
+  judged.rule = r.verdict.rule;
+  judged.rows_checked = r.rows.size();
+  judged.rows_visible = r.rows_visible;
+  judged.rows_basis = r.on_every_row() ? RowsBasis::every : RowsBasis::sampled;
+  judged.every_row_unavailable = r.every_row_unavailable;
+  if (r.verdict_kind == VerdictKind::deviation) judged.deviation = r.deviation;
+  judged.metrics = r.subject_metrics;
+  judged.baseline = {"cpu_lowp", r.baseline_dtype, r.baseline_metrics};
+  judged.tolerance = r.verdict;
+  if (r.peer) judged.peer = PeerRecord{r.peer->name, r.peer->version, r.peer->metrics, r.peer->o_max_ratio, r.peer->o_rmse_ratio};
+  judged.logit_condition = r.condition;
   return record;
 }
 

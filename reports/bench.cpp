@@ -4,10 +4,8 @@
 #include "flashcheck/reports/bench.hpp"
 
 #include <fmt/core.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -56,20 +54,11 @@ int run_bench(const BenchOptions& options) {
   }
   std::unique_ptr<RecordWriter> records;
   if (!options.record_path.empty()) records = std::make_unique<RecordWriter>(options.record_path);
-  const auto now = [] {
-    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  };
   fmt::print("ceilings on {}: bf16 GEMM {:.0f} TFLOP/s, f32 GEMM {:.1f} TFLOP/s, copy {:.0f} GB/s; L2 {:.0f} MiB\n"
              "  ({})\n",
              ceilings.device, ceilings.gemm_bf16_tflops, ceilings.gemm_f32_tflops, ceilings.copy_gbps,
              ceilings.l2_bytes / (1 << 20), ceilings.method);
-  if (records) {
-    nlohmann::json record = to_json(ceilings);
-    record["schema"] = kRecordSchema;
-    record["kind"] = "ceiling";
-    record["time"] = now();
-    records->write(record);
-  }
+  if (records) records->write(to_record(ceilings));
 
   // The peer, timed first on every problem (beside the subjects, or as one of them).
   Subject* const peer = options.peer;
@@ -136,31 +125,30 @@ int run_bench(const BenchOptions& options) {
                  vs_peer > 0 ? fmt::format("{:.2f}", vs_peer) : "-", row.input_sets, to_line(p));
       ++timed;
       if (!records) continue;
-      nlohmann::json record = {{"schema", kRecordSchema},
-                               {"kind", "bench"},
-                               {"subject", row.subject},
-                               {"peer", is_peer},
-                               {"problem", to_line(p)},
-                               {"dtype", std::string(to_string(p.dtype))},
-                               {"bound", decode ? "memory" : "compute"},
-                               {"median_ms", ms},
-                               {"min_ms", row.timing.min_ms},
-                               {"max_ms", row.timing.max_ms},
-                               {"samples_ms", row.timing.samples_ms},
-                               {"flops", attention_flops(p)},
-                               {"tflops", tflops},
-                               {"fraction_of_gemm", tflops / gemm},
-                               {"bytes", p.storage_bytes()},
-                               {"gbps", gbps},
-                               {"fraction_of_copy", gbps / ceilings.copy_gbps},
-                               {"warmup", options.warmup},
-                               {"repeats", options.repeats},
-                               {"input_sets", row.input_sets},
-                               {"device", ceilings.device},
-                               {"time", now()}};
+      BenchRecord record;
+      record.time = record_time_now();
+      record.subject = row.subject;
+      record.peer = is_peer;
+      record.problem = to_line(p);
+      record.dtype = p.dtype;
+      record.bound = decode ? "memory" : "compute";
+      record.median_ms = ms;
+      record.min_ms = row.timing.min_ms;
+      record.max_ms = row.timing.max_ms;
+      record.samples_ms.assign(row.timing.samples_ms.begin(), row.timing.samples_ms.end());
+      record.flops = attention_flops(p);
+      record.tflops = tflops;
+      record.fraction_of_gemm = tflops / gemm;
+      record.bytes = p.storage_bytes();
+      record.gbps = gbps;
+      record.fraction_of_copy = gbps / ceilings.copy_gbps;
+      record.warmup = options.warmup;
+      record.repeats = options.repeats;
+      record.input_sets = row.input_sets;
+      record.device = ceilings.device;
       if (vs_peer > 0) {
-        record["speed_vs_peer"] = vs_peer;
-        record["peer_subject"] = std::string(peer->name());
+        record.speed_vs_peer = vs_peer;
+        record.peer_subject = peer->name();
       }
       records->write(record);
     }

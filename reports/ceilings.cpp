@@ -138,10 +138,16 @@ Ceilings measure_ceilings(int repeats) {
   return c;
 }
 
-nlohmann::json to_json(const Ceilings& c) {
-  return {{"device", c.device},           {"gemm_bf16_tflops", c.gemm_bf16_tflops},
-          {"gemm_f32_tflops", c.gemm_f32_tflops}, {"copy_gbps", c.copy_gbps},
-          {"l2_bytes", c.l2_bytes},       {"method", c.method}};
+CeilingRecord to_record(const Ceilings& c) {
+  CeilingRecord record;
+  record.time = record_time_now();
+  record.device = c.device;
+  record.gemm_bf16_tflops = c.gemm_bf16_tflops;
+  record.gemm_f32_tflops = c.gemm_f32_tflops;
+  record.copy_gbps = c.copy_gbps;
+  record.l2_bytes = c.l2_bytes;
+  record.method = c.method;
+  return record;
 }
 
 }  // namespace flashcheck::reports

@@ -47,9 +47,9 @@ def main():
     try:
         records = load.read_records(args.paths, warnings)
         baseline = load.read_records(args.baseline, warnings) if args.baseline else None
+        groups = aggregate.accuracy(records)  # BadInput where cases binned otherwise would be merged
     except load.BadInput as error:
         fail(str(error))
-    groups = aggregate.accuracy(records)
     rows = aggregate.bench_rows(records, warnings)
     if not groups and not rows:
         fail(f"no case or bench records among the {len(records)} record(s) under {', '.join(args.paths)}")

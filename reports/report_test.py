@@ -211,7 +211,7 @@ class Report(unittest.TestCase):
                                 os.path.join(out, "sweep")], capture_output=True, text=True, timeout=300)
         self.assertEqual(sweep.returncode, 0, sweep.stderr)
         problem = "b=1 hq=2 hkv=2 sq=8 skv=8 d=8 dv=8 dtype=f16"
-        planted = [dict(schema=3, verdict=v, check=v, message=m, case=f"3:{n}", subject="cpu-plain", problem=problem,
+        planted = [dict(schema=4, verdict=v, check=v, message=m, case=f"3:{n}", subject="cpu-plain", problem=problem,
                         reproducer=f"flashcheck run --subject cpu-plain --problem '{problem}'")
                    for n, (v, m) in enumerate((("crash", "worker killed by signal 11 (Segmentation fault)"),
                                                ("timeout", "no answer within the 60 s watchdog"),
@@ -309,12 +309,12 @@ class Report(unittest.TestCase):
 
     def test_records_of_another_version_are_refused_in_one_line(self):
         records = load(ACCURACY)[:3]
-        records[1]["schema"] = 4
+        records[1]["schema"] = 5
         save(self.path("records.jsonl"), records)
         run = report(self.path("records.jsonl"), "-o", self.path("out"))
         self.assertEqual(run.returncode, 2)
         self.assertEqual(len(run.stderr.strip().splitlines()), 1, run.stderr)
-        self.assertIn("schema 4", run.stderr)
+        self.assertIn("schema 5", run.stderr)
 
 
 def python_with_matplotlib():

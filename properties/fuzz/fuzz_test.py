@@ -214,6 +214,22 @@ class Sweep(unittest.TestCase):
             self.assertEqual(run.returncode, 2, args)
             self.assertEqual(len(run.stderr.strip().splitlines()), 1, run.stderr)
 
+    def test_a_records_file_this_build_cannot_read_is_one_line_and_exit_2(self):
+        # A whole line that is not a record of a schema this build reads is never
+        # cut off as if torn: the sweep refuses to resume onto it.
+        os.makedirs(self.out("a"))
+        path = os.path.join(self.out("a"), "records.jsonl")
+        text = json.dumps(dict(schema=4, verdict="crash", case="11:0", subject="cpu-plain", problem="b=1")) + "\n"
+        text += json.dumps(dict(schema=5, verdict="crash", case="11:1", subject="cpu-plain", problem="b=1")) + "\n"
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        run = sweep(self.out("a"), "--subjects", "cpu-plain", "--cases", "2", "--seed", "11")
+        self.assertEqual(run.returncode, 2, run.stdout + run.stderr)
+        self.assertEqual(len(run.stderr.strip().splitlines()), 1, run.stderr)
+        self.assertIn("records.jsonl line 2: a record of schema 5", run.stderr)
+        with open(path, encoding="utf-8") as f:
+            self.assertEqual(f.read(), text)
+
     def test_replay_reruns_a_corpus_file(self):
         sweep(self.out("a"), "--subjects", "misbehave-hang", "--cases", "1", "--watchdog", "1")
         corpus = os.path.join(self.out("a"), "corpus", "misbehave-hang.problems")
@@ -291,7 +307,7 @@ class Sweep(unittest.TestCase):
         self.assertLess(time.monotonic() - start, 60)
         self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
         (record,) = records(self.out("a"))
-        self.assertEqual((record["verdict"], record["schema"]), ("timeout", 3))
+        self.assertEqual((record["verdict"], record["schema"]), ("timeout", 4))
 
     def test_sanitize_mode_without_the_tool_is_one_line_and_exit_2(self):
         env = dict(os.environ, FLASHCHECK_COMPUTE_SANITIZER="/nonexistent/compute-sanitizer")

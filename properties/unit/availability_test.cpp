@@ -110,7 +110,7 @@ TEST(Availability, AGpuSubjectWithoutAUsableGpuIsUnavailableAndLaunchesNothing) 
   const CaseResult judged = judge(subject, p);
   EXPECT_EQ(judged.status, Status::unavailable);
   EXPECT_FALSE(judged.passed());
-  const nlohmann::json record = to_record(judged);
+  const nlohmann::json record = nlohmann::json(to_record(judged));
   EXPECT_EQ(record["verdict"], "unavailable");
   EXPECT_EQ(record["status"], "unavailable");
   EXPECT_EQ(record["message"], run.message);

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "flashcheck/core/record.hpp"
 #include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
 #include "properties/cli_runner.hpp"
 
@@ -109,9 +110,10 @@ TEST(CliTest, RecordsAreAppendedAsJsonLines) {
   int records = 0;
   while (std::getline(file, line)) {
     const auto record = nlohmann::json::parse(line);
+    EXPECT_NO_THROW((void)parse_record(line)) << "the typed reader reads what the CLI wrote: " << line;
     EXPECT_EQ(record["subject"], "smoke-cpu-lowp");
     EXPECT_EQ(record["verdict"], "pass");
-    EXPECT_EQ(record["schema"], 3);
+    EXPECT_EQ(record["schema"], kRecordSchema);
     EXPECT_TRUE(record["metrics"]["o"]["errors"].contains("p999"));
     EXPECT_TRUE(record["tolerance"]["checks"].is_array());
     EXPECT_NE(record["problem"].get<std::string>().find("mask=causal_br"), std::string::npos);

@@ -779,21 +779,32 @@ class RecordTest : public ::testing::Test {
   std::filesystem::path directory_;
 };
 
+// A sweep's record of a lost case, numbered i (its case key).
+CaseRecord numbered(int i) {
+  CaseRecord record;
+  record.verdict = CaseVerdict::crash;
+  record.case_key = std::to_string(i);
+  record.message = "line " + std::to_string(i);
+  return record;
+}
+
+int number_of(const std::string& line) { return std::stoi(std::get<CaseRecord>(parse_record(line)).case_key); }
+
 TEST_F(RecordTest, OneLinePerWrite) {
   const auto path = directory_ / "records.jsonl";
   RecordWriter writer(path.string());
   EXPECT_EQ(writer.path(), path.string());
   for (int i = 0; i < 3; ++i) {
-    writer.write({{"case", i}, {"name", "line " + std::to_string(i)}, {"nested", {{"x", 0.5 * i}}}});
+    writer.write(numbered(i));
     EXPECT_EQ(lines_of(path).size(), static_cast<std::size_t>(i + 1)) << "write " << i << " was not flushed as a line";
   }
   const auto lines = lines_of(path);
   ASSERT_EQ(lines.size(), 3u);
   for (int i = 0; i < 3; ++i) {
-    nlohmann::json record;
-    ASSERT_NO_THROW(record = nlohmann::json::parse(lines[i])) << lines[i];
-    EXPECT_EQ(record["case"], i);
-    EXPECT_EQ(record["nested"]["x"], 0.5 * i);
+    CaseRecord record;
+    ASSERT_NO_THROW(record = std::get<CaseRecord>(parse_record(lines[i]))) << lines[i];
+    EXPECT_EQ(record.case_key, std::to_string(i));
+    EXPECT_EQ(record.message, "line " + std::to_string(i));
   }
 }
 
@@ -801,17 +812,17 @@ TEST_F(RecordTest, WritersAppendRatherThanTruncate) {
   const auto path = directory_ / "records.jsonl";
   {
     RecordWriter first(path.string());
-    first.write({{"case", 0}});
-    first.write({{"case", 1}});
+    first.write(numbered(0));
+    first.write(numbered(1));
   }
   RecordWriter second(path.string());
-  second.write({{"case", 2}});
+  second.write(numbered(2));
   RecordWriter third(path.string());  // open at the same time as `second`
-  third.write({{"case", 3}});
-  second.write({{"case", 4}});
+  third.write(numbered(3));
+  second.write(numbered(4));
   const auto lines = lines_of(path);
   ASSERT_EQ(lines.size(), 5u);
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(nlohmann::json::parse(lines[i])["case"], i) << lines[i];
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(number_of(lines[i]), i) << lines[i];
 }
 
 TEST_F(RecordTest, CreatesMissingFolders) {
@@ -819,7 +830,7 @@ TEST_F(RecordTest, CreatesMissingFolders) {
   ASSERT_FALSE(std::filesystem::exists(path.parent_path()));
   RecordWriter writer(path.string());
   EXPECT_TRUE(std::filesystem::exists(path));
-  writer.write({{"case", 0}});
+  writer.write(numbered(0));
   EXPECT_EQ(lines_of(path).size(), 1u);
 }
 
@@ -843,7 +854,7 @@ TEST_F(RecordTest, NonFiniteNumbersBecomeStrings) {
   stats.mean_signed = -kInf;
   stats.p50 = 0.25;
   stats.worst = Mismatch{{0, 1, 2, 3}, kNan, 1.0, kInf};
-  const nlohmann::json j = to_json(stats);
+  const nlohmann::json j = nlohmann::json(stats);
   EXPECT_EQ(j["max_abs"], "nan");
   EXPECT_EQ(j["rmse"], "inf");
   EXPECT_EQ(j["mean_signed"], "-inf");
@@ -858,7 +869,7 @@ TEST_F(RecordTest, NonFiniteNumbersBecomeStrings) {
   Verdict verdict;
   verdict.worst_ratio = kInf;
   verdict.checks.push_back(RuleCheck{"o.max_abs", 1.0, 0.0, 0.0, 0.0, kInf, false});
-  const nlohmann::json v = to_json(verdict);
+  const nlohmann::json v = nlohmann::json(verdict);
   EXPECT_EQ(v["worst_ratio"], "inf");
   EXPECT_EQ(v["checks"][0]["ratio"], "inf");
   EXPECT_EQ(v["checks"][0]["metric"], "o.max_abs");
@@ -869,13 +880,13 @@ TEST_F(RecordTest, CaseMetricsCarryLseOnlyWhenPresent) {
   rows.fill(1.0, 0.5);
   rows.got_o(0, 0, 0, 0) = kNan;
   CaseMetrics m = rows.compare(DType::bf16);
-  nlohmann::json j = to_json(m);
+  nlohmann::json j = nlohmann::json(m);
   EXPECT_TRUE(j.contains("lse"));
   EXPECT_EQ(j["o"]["census"]["mismatches"], 1);
   EXPECT_EQ(j["o"]["census"]["first_mismatch"]["got"], "nan");
   EXPECT_EQ(j["rows_compared"], 2);
   m.has_lse = false;
-  EXPECT_FALSE(to_json(m).contains("lse"));
+  EXPECT_FALSE(nlohmann::json(m).contains("lse"));
 }
 
 }  // namespace

@@ -360,7 +360,7 @@ TEST(JudgeTest, UnsupportedProblemsAreNotRun) {
   const CaseResult result = judge(lowp, make_problem(1, 1, 1, 4, 4, 577, DType::f16));
   EXPECT_EQ(result.status, Status::unsupported);
   EXPECT_FALSE(result.passed());
-  EXPECT_EQ(to_record(result)["verdict"], "unsupported");
+  EXPECT_EQ(nlohmann::json(to_record(result))["verdict"], "unsupported");
 }
 
 TEST(JudgeTest, LargeProblemsAreCheckedOnSampledRows) {
@@ -371,7 +371,7 @@ TEST(JudgeTest, LargeProblemsAreCheckedOnSampledRows) {
   EXPECT_TRUE(result.passed()) << result.verdict.rule;
   EXPECT_GE(result.rows.size(), 64);
   EXPECT_LT(result.rows.size(), 1000);
-  const auto record = to_record(result);
+  const auto record = nlohmann::json(to_record(result));
   EXPECT_EQ(record["rows_checked"], result.rows.size());
   EXPECT_EQ(record["verdict"], "pass");
   EXPECT_EQ(record["reproducer"].get<std::string>().rfind("flashcheck run --subject smoke-cpu-lowp --problem '", 0), 0u);
@@ -589,8 +589,8 @@ void expect_every_row_judgement(EveryRow mode) {
   ASSERT_TRUE(c.sampled.passed()) << c.sampled.verdict.rule;
   ASSERT_LT(c.sampled.rows.size(), p.seqlen_q);
   EXPECT_FALSE(c.sampled.on_every_row());
-  EXPECT_EQ(to_record(c.sampled)["rows_basis"], "sampled");
-  EXPECT_FALSE(to_record(c.sampled).contains("every_row_unavailable"));
+  EXPECT_EQ(nlohmann::json(to_record(c.sampled))["rows_basis"], "sampled");
+  EXPECT_FALSE(nlohmann::json(to_record(c.sampled)).contains("every_row_unavailable"));
 
   JudgeOptions every_row = c.sampled_only;
   every_row.every_row = mode;
@@ -599,7 +599,7 @@ void expect_every_row_judgement(EveryRow mode) {
   EXPECT_TRUE(checked.passed()) << checked.verdict.rule;
   EXPECT_TRUE(checked.on_every_row());
   EXPECT_EQ(checked.subject_metrics.o.errors.count, p.heads_q * p.seqlen_q * p.head_dim_v);
-  const nlohmann::json record = to_record(checked);
+  const nlohmann::json record = nlohmann::json(to_record(checked));
   EXPECT_EQ(record["rows_basis"], "every");
   EXPECT_EQ(record["rows_checked"], p.seqlen_q);
   EXPECT_FALSE(record.contains("every_row_unavailable"));
@@ -609,8 +609,8 @@ void expect_every_row_judgement(EveryRow mode) {
   EXPECT_TRUE(missed.passed()) << "the sample should not hold row " << c.unsampled << ": " << missed.verdict.rule;
   const CaseResult caught = judge(damaged, p, c.inputs, every_row);
   EXPECT_TRUE(caught.failed()) << "row " << c.unsampled << " damaged: " << caught.verdict.rule;
-  EXPECT_EQ(to_record(caught)["verdict"], "fail");
-  EXPECT_EQ(to_record(caught)["rows_basis"], "every");
+  EXPECT_EQ(nlohmann::json(to_record(caught))["verdict"], "fail");
+  EXPECT_EQ(nlohmann::json(to_record(caught))["rows_basis"], "every");
   ASSERT_TRUE(caught.subject_metrics.o.first_over_bound.has_value());
   EXPECT_EQ(caught.subject_metrics.o.first_over_bound->at.row, c.unsampled);
 }
@@ -638,7 +638,7 @@ TEST(KokkosTest, EveryRowOnNoDeviceKeepsTheSampleAndSaysWhy) {
   EXPECT_TRUE(fallback.passed()) << fallback.verdict.rule;  // the sample does not see the damage
   EXPECT_EQ(fallback.rows, c.sampled.rows);
   EXPECT_FALSE(fallback.on_every_row());
-  const nlohmann::json said = to_record(fallback);
+  const nlohmann::json said = nlohmann::json(to_record(fallback));
   EXPECT_EQ(said["rows_basis"], "sampled");
   ASSERT_TRUE(said.contains("every_row_unavailable"));
   EXPECT_NE(said["every_row_unavailable"].get<std::string>().find("cannot run on a GPU"), std::string::npos)

@@ -2,8 +2,10 @@
 // infinite worst ratio or time is written as null. A torch backend's case
 // with an infinite ratio (a bound of 0 against a nonzero error) did this on
 // the H200 on 2026-11-23, and the driver ended on it with a type error
-// instead of recording the case. The driver reads numbers with
-// detail::number, which takes null and missing as 0.
+// instead of recording the case. Records are now read by the typed reader
+// (core/record.hpp, which writes NaN and infinities as strings and reads an
+// older writer's null as NaN: record_test.cpp); detail::number still reads
+// the sweep's budget file, and takes null and missing as 0.
 #include <gtest/gtest.h>
 
 #include <limits>

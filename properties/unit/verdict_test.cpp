@@ -54,7 +54,7 @@ TEST(Verdict, AFullyMaskedCaseIsVacuousNotAPass) {
   EXPECT_FALSE(empty_keys.failed());
   EXPECT_EQ(empty_keys.rows_visible, 0);
   EXPECT_GT(empty_keys.subject_metrics.rows_compared, 0) << "rows were compared, none of them sees a key";
-  const auto record = to_record(empty_keys);
+  const auto record = nlohmann::json(to_record(empty_keys));
   EXPECT_EQ(record["verdict"], "vacuous");
   EXPECT_EQ(record["rows_visible"], 0);
   EXPECT_EQ(record["schema"], kRecordSchema);
@@ -65,14 +65,14 @@ TEST(Verdict, AFullyMaskedCaseIsVacuousNotAPass) {
     const CaseResult r = judge(subject, parse_problem(line));
     ASSERT_TRUE(r.ran()) << line;
     EXPECT_EQ(r.verdict_kind, VerdictKind::vacuous) << line;
-    EXPECT_EQ(to_record(r)["verdict"], "vacuous") << line;
+    EXPECT_EQ(nlohmann::json(to_record(r))["verdict"], "vacuous") << line;
   }
   // One sequence with keys is enough to compare something.
   const CaseResult some = judge(subject, parse_problem("b=2 hq=1 sq=8 skv=8 lens_q=0,5 lens_kv=3,1 d=8 dtype=f16"));
   EXPECT_EQ(some.verdict_kind, VerdictKind::pass) << explain(some);
   EXPECT_TRUE(some.passed());
   EXPECT_EQ(some.rows_visible, 5);
-  EXPECT_EQ(to_record(some)["verdict"], "pass");
+  EXPECT_EQ(nlohmann::json(to_record(some))["verdict"], "pass");
 }
 
 TEST(Verdict, ARowOfNaNEverywhereStillComparesItsPositions) {
@@ -98,7 +98,7 @@ TEST(Verdict, AFailureInsideADeclaredLimitIsADeviation) {
   EXPECT_FALSE(r.passed());
   EXPECT_FALSE(r.failed());
   EXPECT_NE(r.deviation.find("accumulator"), std::string::npos) << r.deviation;
-  const auto record = to_record(r);
+  const auto record = nlohmann::json(to_record(r));
   EXPECT_EQ(record["verdict"], "deviation");
   EXPECT_EQ(record["deviation"], r.deviation);
   EXPECT_NE(explain(r).find("deviation"), std::string::npos);
@@ -109,7 +109,7 @@ TEST(Verdict, TheSameFailureOutsideTheLimitOrUndeclaredIsAFail) {
   OverflowingSubject declares(true, true);
   const CaseResult small = judge(declares, parse_problem("b=1 hq=4 sq=100 skv=100 d=64 dtype=bf16"));
   EXPECT_EQ(small.verdict_kind, VerdictKind::fail) << explain(small);
-  EXPECT_EQ(to_record(small)["verdict"], "fail");
+  EXPECT_EQ(nlohmann::json(to_record(small))["verdict"], "fail");
   // The same values on a subject that declares no limit.
   OverflowingSubject silent(false, true);
   const CaseResult undeclared = judge(silent, parse_problem(kNearOverflow));

@@ -7,7 +7,7 @@ import datetime
 import math
 import statistics
 
-from .load import errors_of, histogram_edges, kind_of, num, problem_fields
+from .load import BadInput, LEGACY_HISTOGRAM_EDGES, errors_of, histogram_edges, kind_of, num, problem_fields
 
 # Thresholds of the baseline comparison, named here and printed in the report.
 SPEED_MIN_CHANGE = 0.05      # a slowdown below 5% is never flagged
@@ -27,7 +27,7 @@ def add_into(total, counts):
     return [a + b for a, b in zip(total, counts)]
 
 
-def quantile_edge(histogram, floors, q):
+def quantile_edge(histogram, edges, q):
     """The upper edge of the bin holding quantile q of a merged histogram."""
     total = sum(histogram)
     if not total:
@@ -38,7 +38,7 @@ def quantile_edge(histogram, floors, q):
         if running >= q * total:
             if i == 0:
                 return 0.0  # the bin of exact zeros
-            return floors[i + 1] if i + 1 < len(floors) else math.inf
+            return edges[i + 1] if i + 1 < len(edges) else math.inf
     return math.inf
 
 
@@ -53,7 +53,7 @@ def accuracy(records):
                                          failures=collections.Counter(), failed=[], worst=[], hist=None,
                                          hist_edges=None, ulp=None, base_hist=None, base_ulp=None, peer_hist=None,
                                          peer_ulp=None, max_abs=0.0, sq_sum=0.0, count=0, max_ulp=0.0, per_case=[],
-                                         versions=set()))
+                                         versions=set(), edges=None))
         verdict = r.get("verdict", "error")
         if verdict == "unsupported":
             g["unsupported"] += 1
@@ -89,7 +89,12 @@ def accuracy(records):
         e = errors_of(r)
         if e:
             g["hist"] = add_into(g["hist"], e.get("histogram_log10"))
-            g["hist_edges"] = histogram_edges(e)[0]
+            edges = histogram_edges(r)
+            if g["edges"] is None:
+                g["edges"], g["hist_edges"] = edges, edges["log10"]
+            elif edges != g["edges"]:  # counts of other bins cannot be added
+                raise BadInput(f"{r.get('_file', '?')}: a case of {key[0]} ({key[1]}) has histogram edges unlike "
+                               "the other cases' (records of another flashcheck version?): report them apart")
             g["ulp"] = add_into(g["ulp"], e.get("histogram_ulp_log2"))
             g["max_abs"] = max(g["max_abs"], num(e.get("max_abs")))
             g["max_ulp"] = max(g["max_ulp"], num(e.get("max_ulp")))
@@ -110,7 +115,8 @@ def accuracy(records):
         g["rel_rmse_median"] = statistics.median(relative) if relative else None
         g["rel_rmse_max"] = max(relative) if relative else None
         hist = g["hist"] or []
-        g["p50"], g["p99"], g["p999"] = (quantile_edge(hist, g["hist_edges"], q) for q in (0.5, 0.99, 0.999))
+        edges = g["hist_edges"] or LEGACY_HISTOGRAM_EDGES["log10"]
+        g["p50"], g["p99"], g["p999"] = (quantile_edge(hist, edges, q) for q in (0.5, 0.99, 0.999))
     return groups
 
 

@@ -4,15 +4,18 @@ small readers of a record's fields (problem line, numbers, errors, histogram
 edges) that aggregate.py and the plots share."""
 import collections
 import json
+import math
 import os
 
-SCHEMA = 3  # core/record.hpp kRecordSchema
+SCHEMA = 4  # core/record.hpp kRecordSchema
 # Schema 1 lacks the verdicts `vacuous` and `deviation`: its passes that compared
 # no row are read as vacuous (normalise_verdict). Schemas 1 and 2 lack
-# `rows_basis` (every or sampled rows) and `every_row_unavailable`.
-READABLE_SCHEMAS = (1, 2, 3)
-HIST_LOG10_FLOORS = [0.0, 5e-324] + [10.0 ** (i - 16) for i in range(20)] + [1e4]  # core/metrics.hpp
-ULP_FLOORS = [0.0, 2.0 ** -9] + [2.0 ** (i - 8) for i in range(28)] + [2.0 ** 20]
+# `rows_basis` (every or sampled rows) and `every_row_unavailable`. Schemas 1
+# to 3 lack `histogram_edges`: their histograms have the bins of
+# LEGACY_HISTOGRAM_EDGES. From schema 4 on, each judged case carries its edges.
+READABLE_SCHEMAS = (1, 2, 3, 4)
+LEGACY_HISTOGRAM_EDGES = dict(log10=[0.0, 0.0] + [10.0 ** (i - 16) for i in range(21)] + [math.inf],
+                              ulp_log2=[0.0, 0.0] + [2.0 ** (i - 8) for i in range(29)] + [math.inf])
 
 SCHEMA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "record.schema.json")
 
@@ -154,11 +157,31 @@ def errors_of(record, where="metrics", tensor="o"):
         return None
 
 
-def histogram_edges(errors):
-    """The lower edges of the bins of `errors`' histograms (histogram_log10,
-    histogram_ulp_log2): (log10 edges, ULP edges). Records of schemas 1-3 carry
-    none: the bins are core/metrics.hpp's, typed here."""
-    return HIST_LOG10_FLOORS, ULP_FLOORS
+def histogram_edges(record):
+    """The edges of a case's histograms (histogram_log10, histogram_ulp_log2 of
+    every tensor in it), bins + 1 each: dict(log10=..., ulp_log2=...). The
+    record's own (schema 4 on), else the bins schemas 1 to 3 were written with."""
+    edges = record.get("histogram_edges")
+    if not isinstance(edges, dict):
+        return LEGACY_HISTOGRAM_EDGES
+    return {key: [num(x, math.nan) for x in edges.get(key) or []] for key in ("log10", "ulp_log2")}
+
+
+def bin_labels(edges, kind):
+    """A label per bin, from its edges: "0", "<1e-16", "1e-16", ..., ">=1e4"."""
+    def power(x):
+        return f"1e{round(math.log10(x))}" if kind == "abs" else f"2^{round(math.log2(x))}"
+    labels = []
+    for low, high in zip(edges, edges[1:]):
+        if high == 0:
+            labels.append("0")
+        elif low == 0:
+            labels.append(f"<{power(high)}")
+        elif math.isinf(high):
+            labels.append(f">={power(low)}")
+        else:
+            labels.append(power(low))
+    return labels
 
 
 def num(value, default=0.0):

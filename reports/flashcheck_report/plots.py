@@ -7,7 +7,7 @@ import io
 import math
 import statistics
 
-from .load import problem_fields
+from .load import LEGACY_HISTOGRAM_EDGES, bin_labels, problem_fields
 
 
 def png(figure):
@@ -33,8 +33,6 @@ def histogram_grid(groups, kind):
     columns = 4
     rows = math.ceil(len(panels) / columns)
     figure, axes = plt.subplots(rows, columns, figsize=(4 * columns, 2.8 * rows), squeeze=False)
-    labels_abs = ["0", "<1e-16"] + [f"1e{i - 16}" for i in range(20)] + [">=1e4"]
-    labels_ulp = ["0", "<2^-8"] + [f"2^{i - 8}" for i in range(28)] + [">=2^20"]
     for ax in axes.flat[len(panels):]:
         ax.axis("off")
     for ax, g in zip(axes.flat, panels):
@@ -48,7 +46,8 @@ def histogram_grid(groups, kind):
             total = sum(counts)
             ax.step(range(len(counts)), [c / total for c in counts], where="mid", label=label, color=color,
                     linewidth=width, zorder=order)
-        labels = labels_abs if kind == "abs" else labels_ulp
+        edges = g["edges"] or LEGACY_HISTOGRAM_EDGES
+        labels = bin_labels(edges["log10"] if kind == "abs" else edges["ulp_log2"], kind)
         ticks = list(range(0, len(labels), 4))
         ax.set_xticks(ticks)
         ax.set_xticklabels([labels[t] for t in ticks], fontsize=7, rotation=45)

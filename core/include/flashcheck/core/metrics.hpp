@@ -32,11 +32,13 @@ int ulp_histogram_bin(double ulps);
 /// Where an element sits: (batch, head, query row, column); column -1 for LSE.
 struct Position {
   std::int64_t b = -1, h = -1, row = -1, column = -1;
+  friend bool operator==(const Position&, const Position&) = default;
 };
 
 struct Mismatch {
   Position at;
   double got = 0, want = 0, abs_error = 0;
+  friend bool operator==(const Mismatch&, const Mismatch&) = default;
 };
 
 /// Statistics of the element errors of one tensor over the finite pairs.
@@ -62,6 +64,7 @@ struct ErrorStats {
   std::array<std::int64_t, kHistogramBins> histogram{};
   std::array<std::int64_t, kUlpHistogramBins> ulp_histogram{};
   std::optional<Mismatch> worst;
+  friend bool operator==(const ErrorStats&, const ErrorStats&) = default;
 };
 
 /// NaN/Inf agreement: every element must be of the same class (finite, NaN,
@@ -71,6 +74,7 @@ struct Census {
   std::int64_t want_nan = 0, want_pos_inf = 0, want_neg_inf = 0;
   std::int64_t mismatches = 0;
   std::optional<Mismatch> first_mismatch;
+  friend bool operator==(const Census&, const Census&) = default;
 };
 
 struct TensorMetrics {
@@ -79,6 +83,7 @@ struct TensorMetrics {
   /// Elements whose |err| exceeds `bound` (when one was given), and the first.
   std::int64_t over_bound = 0;
   std::optional<Mismatch> first_over_bound;
+  friend bool operator==(const TensorMetrics&, const TensorMetrics&) = default;
 };
 
 struct CaseMetrics {
@@ -86,6 +91,7 @@ struct CaseMetrics {
   TensorMetrics lse;
   bool has_lse = false;
   std::int64_t rows_compared = 0;
+  friend bool operator==(const CaseMetrics&, const CaseMetrics&) = default;
 };
 
 /// Bounds to count elements against (see TensorMetrics::over_bound).

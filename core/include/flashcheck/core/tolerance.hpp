@@ -79,6 +79,7 @@ struct LogitCondition {
   /// The accumulation term's scales: sqrt(keys the longest compared row sees)
   /// times max |V| (finite), for O; sqrt(those keys), for LSE.
   double accumulation_o = 0, accumulation_lse = 0;
+  friend bool operator==(const LogitCondition&, const LogitCondition&) = default;
 };
 
 /// The accumulation noise for a scale: kAccumulationRoundings u_f32 scale.
@@ -160,6 +161,7 @@ struct RuleCheck {
   double bound = 0;    // kBaselineFactor * baseline + floor
   double ratio = 0;    // subject / bound (<= 1 passes); for o.bias, min(that, |t| / kBiasT)
   bool pass = true;
+  friend bool operator==(const RuleCheck&, const RuleCheck&) = default;
 };
 
 struct Verdict {
@@ -169,6 +171,7 @@ struct Verdict {
   bool census_pass = true;
   /// The largest subject/bound ratio over the checks.
   double worst_ratio = 0;
+  friend bool operator==(const Verdict&, const Verdict&) = default;
 };
 
 /// The bounds the rule implies for a case, before the subject's metrics exist

@@ -35,9 +35,6 @@ rc::Shrinkable<Problem> draw_problem(const Subject& subject, std::uint64_t seed,
 /// The worker's request line for one case.
 std::string request(const std::string& key, const Subject& subject, const Problem& problem);
 
-/// True for a failed record (anything but pass, unsupported and unavailable:
-/// the sweep counts those two apart).
-bool failed(const nlohmann::json& record);
 /// A record's number at `key`, 0 where it is missing or null (NaN and
 /// infinities are written as null: JSON has no such numbers).
 double number(const nlohmann::json& record, const char* key);

@@ -5,11 +5,11 @@
 
 #include <limits>
 
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
 #include "flashcheck/core/metrics.hpp"
+#include "flashcheck/core/record.hpp"
 #include "flashcheck/core/subject.hpp"
 #include "flashcheck/core/tolerance.hpp"
 
@@ -112,7 +112,7 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
 /// and the replay command. Several lines.
 std::string explain(const CaseResult& result);
 
-/// The case's record (one JSON Lines object).
-nlohmann::json to_record(const CaseResult& result);
+/// The case's record (written with RecordWriter or dump_record, core/record.hpp).
+CaseRecord to_record(const CaseResult& result);
 
 }  // namespace flashcheck

@@ -5,9 +5,9 @@
 // decode can reach).
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <string>
+
+#include "flashcheck/core/record.hpp"
 
 namespace flashcheck::reports {
 
@@ -25,6 +25,7 @@ struct Ceilings {
 /// `repeats` after warm-up). Throws std::runtime_error when no GPU is usable.
 Ceilings measure_ceilings(int repeats);
 
-nlohmann::json to_json(const Ceilings& c);
+/// The ceilings' record (`kind: ceiling`), timed now.
+CeilingRecord to_record(const Ceilings& c);
 
 }  // namespace flashcheck::reports
