@@ -1,6 +1,8 @@
 #include "flashcheck/testing/reference_cache.hpp"
 
+#include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <list>
 #include <map>
 #include <mutex>
@@ -91,7 +93,15 @@ struct ReferenceCache::State {
 };
 
 ReferenceCache& ReferenceCache::instance() {
-  static ReferenceCache cache;
+  // FLASHCHECK_REFERENCE_CACHE_MB sets the bound (0: keep nothing).
+  static ReferenceCache cache = [] {
+    const char* megabytes = std::getenv("FLASHCHECK_REFERENCE_CACHE_MB");
+    char* end = nullptr;
+    const long long value = megabytes ? std::strtoll(megabytes, &end, 10) : -1;
+    if (megabytes && (end == megabytes || *end != '\0' || value < 0 || value > (1ll << 40)))
+      throw std::invalid_argument(std::string("FLASHCHECK_REFERENCE_CACHE_MB: not a size in MiB: ") + megabytes);
+    return value >= 0 ? ReferenceCache(value << 20) : ReferenceCache();
+  }();
   return cache;
 }
 

@@ -1,7 +1,13 @@
 // The f64 oracle and the same-precision baselines of a case, kept per
-// (problem, inputs), so that a base case judged again (a property's shrinking
-// replays it; the mutants of one subject draw the same cases from one seed;
-// several subjects on one case) costs no second oracle.
+// (problem, inputs), so that a base case judged again costs no second oracle:
+// a property's shrinking replays it, and in one process the properties that
+// draw the same problems from one seed share their bases (measured, host
+// build, cpu-plain, RC_PARAMS=seed=11, all 15 properties in one process:
+// 458 hits of 1800 look-ups, 242 entries, 255 MiB; the process's CPU time
+// 22.4 s against 23.0 s with FLASHCHECK_REFERENCE_CACHE_MB=0, since the
+// cpu-plain subject costs as much as the oracle; its peak RSS 442 MB
+// against 125 MB). The Testbed keeps its base cases here, not the baselines
+// of transformed inputs, which recur only while a failure shrinks.
 //
 // Key: the problem's printed line (every field, the seeds included) and a
 // 64-bit FNV-1a hash of the three input tensors' dtype, layout, shape and
@@ -13,8 +19,10 @@
 // not kept.
 //
 // Bound: the entries' bytes (inputs, reference, baselines) stay under
-// capacity_bytes() (default 256 MiB), the least recently used going first; a
-// result larger than the whole capacity is computed and not kept.
+// capacity_bytes() (default 256 MiB; FLASHCHECK_REFERENCE_CACHE_MB in the
+// environment sets the process's cache, 0 keeps nothing), the least recently
+// used going first; a result larger than the whole capacity is computed and
+// not kept.
 #pragma once
 
 #include <cstdint>
