@@ -173,11 +173,15 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
   result.rows = problem.seqlen_q <= options.max_rows ? all_rows(problem)
                                                      : sample_rows(problem, options.max_rows, options.row_seed);
   start = std::chrono::steady_clock::now();
-  const AttentionRows reference = cpu_f64_reference(problem, inputs, result.rows, /*with_condition=*/true);
+  const AttentionRows reference = options.references
+                                       ? options.references->reference(problem, inputs, result.rows)
+                                       : cpu_f64_reference(problem, inputs, result.rows, /*with_condition=*/true);
   result.oracle_ms = elapsed_ms(start);
 
   start = std::chrono::steady_clock::now();
-  const AttentionRows baseline = cpu_lowp_rows(problem, inputs, result.rows, result.baseline_dtype);
+  const AttentionRows baseline =
+      options.references ? options.references->baseline(problem, inputs, result.rows, result.baseline_dtype)
+                         : cpu_lowp_rows(problem, inputs, result.rows, result.baseline_dtype);
   result.baseline_ms = elapsed_ms(start);
 
   result.baseline_metrics = compare(problem, baseline, reference, problem.dtype);

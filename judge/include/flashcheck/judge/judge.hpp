@@ -25,6 +25,16 @@ enum class EveryRow : std::uint8_t {
 };
 std::string_view to_string(EveryRow every_row);
 
+/// Where the judge takes a case's f64 oracle (with its conditions) and its
+/// same-precision baseline from, when the caller keeps them (the properties'
+/// Testbed caches them per problem and inputs).
+class ReferenceSource {
+ public:
+  virtual ~ReferenceSource() = default;
+  virtual AttentionRows reference(const Problem& problem, const Inputs& inputs, const RowSet& rows) = 0;
+  virtual AttentionRows baseline(const Problem& problem, const Inputs& inputs, const RowSet& rows, DType working) = 0;
+};
+
 struct JudgeOptions {
   /// Query rows checked per (batch, head): every row when seqlen_q is at most
   /// this, otherwise a sample of this size (first/last rows and tile edges always in).
@@ -38,6 +48,8 @@ struct JudgeOptions {
   Subject* peer = nullptr;
   /// Where max_rows sampled the rows: judge the case again on every row.
   EveryRow every_row = EveryRow::off;
+  /// The oracle and the baseline from here instead of computed. Not owned; null for none.
+  ReferenceSource* references = nullptr;
 };
 
 /// The peer baseline's errors on the same case, against the same oracle.
