@@ -111,8 +111,14 @@ install(TARGETS ${_exported} EXPORT flashcheckTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT development
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT development
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-# The CLI, as the imported executable flashcheck::flashcheck too.
-install(TARGETS flashcheck EXPORT flashcheckTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT cli)
+# The CLI, as the imported executable flashcheck::flashcheck too. It keeps the
+# run-time paths of libraries outside the system folders (a cuDNN or CUDA
+# toolkit under its own prefix), which an install strips otherwise.
+set_target_properties(flashcheck PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
+# Its own export set, in the `cli` component: an install of the `development`
+# component alone has no binary for the package to check for.
+install(TARGETS flashcheck EXPORT flashcheckCliTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT cli)
+install(EXPORT flashcheckCliTargets NAMESPACE flashcheck:: DESTINATION ${FLASHCHECK_INSTALL_CMAKEDIR} COMPONENT cli)
 
 # Public headers: <lib>/include/flashcheck/<lib>/ of each exported library's folder.
 set(_header_folders "")
