@@ -129,8 +129,13 @@ foreach(_target IN LISTS _exported)
   endif()
 endforeach()
 list(REMOVE_DUPLICATES _header_folders)
+# Every installed header compiles on its own against the prefix (checked by
+# hand: g++ -fsyntax-only of each), except what needs a dependency the package
+# does not hand on: the Kokkos reference's kernels (Kokkos_Core.hpp), used only
+# inside libflashcheck_kokkos_reference, stay out.
 install(DIRECTORY ${_header_folders} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT development
-        FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h" PATTERN "*.cuh" PATTERN "*.inl")
+        FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h" PATTERN "*.cuh" PATTERN "*.inl"
+        PATTERN "kokkos_attention.hpp" EXCLUDE)
 
 # report.py and what lies beside it (modules, templates; not its tests or test
 # data), and the record schema it validates against (../docs/ from its folder).
