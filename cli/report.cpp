@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <optional>
 #include <stdexcept>
-#include <system_error>
 
 #include "flashcheck/cli/commands.hpp"
 

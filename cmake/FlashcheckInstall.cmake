@@ -137,11 +137,12 @@ install(DIRECTORY ${_header_folders} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COM
         FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h" PATTERN "*.cuh" PATTERN "*.inl"
         PATTERN "kokkos_attention.hpp" EXCLUDE)
 
-# report.py and what lies beside it (modules, templates; not its tests or test
-# data), and the record schema it validates against (../docs/ from its folder).
+# report.py and what lies beside it (its package, templates and styles; not
+# the C++ sources, its tests or their data), and the record schema it
+# validates against (docs/ beside reports/, as in the source tree).
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/reports/ DESTINATION ${FLASHCHECK_INSTALL_DATADIR}/reports COMPONENT cli
-        FILES_MATCHING PATTERN "*.py" PATTERN "*.html" PATTERN "*.css" PATTERN "*.js" PATTERN "*.j2"
-        PATTERN "*_test.py" EXCLUDE PATTERN "testdata" EXCLUDE PATTERN "include" EXCLUDE PATTERN "__pycache__" EXCLUDE)
+        PATTERN "*.cpp" EXCLUDE PATTERN "*.cu" EXCLUDE PATTERN "CMakeLists.txt" EXCLUDE PATTERN "*_test.py" EXCLUDE
+        PATTERN "testdata" EXCLUDE PATTERN "include" EXCLUDE PATTERN "__pycache__" EXCLUDE)
 install(FILES ${PROJECT_SOURCE_DIR}/docs/record.schema.json DESTINATION ${FLASHCHECK_INSTALL_DATADIR}/docs COMPONENT cli)
 
 # flashcheck's own imported targets, as this build found them.
