@@ -48,9 +48,19 @@ std::optional<std::string> find_python() {
   return std::nullopt;
 }
 
+/// $FLASHCHECK_REPORT_SCRIPT, else the installed copy found from the binary
+/// (<prefix>/bin/flashcheck -> ../share/flashcheck/reports/report.py, with
+/// report.py's ../docs/record.schema.json beside it; cmake/FlashcheckInstall.cmake),
+/// else reports/report.py in the source tree (a build tree's binary; cli/CMakeLists.txt).
 std::string report_script() {
   if (const char* given = std::getenv("FLASHCHECK_REPORT_SCRIPT"); given && *given) return given;
-  return FLASHCHECK_REPORT_SCRIPT;  // reports/report.py in the source tree (cli/CMakeLists.txt)
+  std::error_code error;
+  const std::filesystem::path binary = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) {
+    const std::filesystem::path installed = binary.parent_path() / FLASHCHECK_INSTALLED_REPORT_SCRIPT;
+    if (std::filesystem::is_regular_file(installed, error)) return installed.string();
+  }
+  return FLASHCHECK_REPORT_SCRIPT;
 }
 
 }  // namespace
