@@ -120,13 +120,22 @@ set_target_properties(flashcheck PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
 install(TARGETS flashcheck EXPORT flashcheckCliTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT cli)
 install(EXPORT flashcheckCliTargets NAMESPACE flashcheck:: DESTINATION ${FLASHCHECK_INSTALL_CMAKEDIR} COMPONENT cli)
 
-# Public headers: <lib>/include/flashcheck/<lib>/ of each exported library's folder.
+# Public headers: the flashcheck/ tree of each exported library's public
+# include folders (its BUILD_INTERFACE paths: <lib>/include for most, and
+# properties/include for flashcheck::testing, whose sources live in
+# properties/testing/).
 set(_header_folders "")
 foreach(_target IN LISTS _exported)
-  get_target_property(_source_dir ${_target} SOURCE_DIR)
-  if(IS_DIRECTORY "${_source_dir}/include/flashcheck")
-    list(APPEND _header_folders "${_source_dir}/include/flashcheck")
+  get_target_property(_includes ${_target} INTERFACE_INCLUDE_DIRECTORIES)
+  if(NOT _includes)
+    continue()
   endif()
+  foreach(_include IN LISTS _includes)
+    string(REGEX REPLACE "^\\$<BUILD_INTERFACE:(.*)>$" "\\1" _path "${_include}")
+    if(NOT _path STREQUAL _include AND IS_DIRECTORY "${_path}/flashcheck")
+      list(APPEND _header_folders "${_path}/flashcheck")
+    endif()
+  endforeach()
 endforeach()
 list(REMOVE_DUPLICATES _header_folders)
 # Every installed header compiles on its own against the prefix (checked by

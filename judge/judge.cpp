@@ -130,8 +130,20 @@ void add_accumulation(LogitCondition& condition, const Problem& p, const RowSet&
 
 std::string CaseResult::reproducer() const { return replay_command(subject, problem); }
 
+namespace {
+// The backward pass has its vocabulary, oracles and subjects (core/backward.hpp),
+// but this judge compares forward outputs only: judging a pass=bwd problem as a
+// forward one would be a verdict on something the problem did not ask for.
+void refuse_backward(const Problem& problem) {
+  if (problem.pass == Pass::bwd)
+    throw BadInput("pass", "pass=bwd: the judge does not compare gradients yet (the backward oracles and subjects "
+                           "exist; the judge, records and properties for them do not)");
+}
+}  // namespace
+
 CaseResult judge(Subject& subject, const Problem& problem, const JudgeOptions& options) {
   validate(problem);
+  refuse_backward(problem);
   if (auto reason = unsupported_reason(subject.capabilities(), problem)) {
     CaseResult result;
     result.problem = problem;
@@ -150,6 +162,7 @@ CaseResult judge(Subject& subject, const Problem& problem, const JudgeOptions& o
 
 CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs, const JudgeOptions& options) {
   validate(problem);
+  refuse_backward(problem);
   CaseResult result;
   result.problem = problem;
   result.subject = std::string(subject.name());

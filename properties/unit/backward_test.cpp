@@ -12,6 +12,7 @@
 #include "flashcheck/core/metrics.hpp"
 #include "flashcheck/core/tolerance.hpp"
 #include "flashcheck/core/values.hpp"
+#include "flashcheck/judge/judge.hpp"
 #include "flashcheck/kernels/cpu/fa2_tiles.hpp"
 #include "flashcheck/kernels/cpu/plain.hpp"
 #include "flashcheck/oracles/cpu_f64.hpp"
@@ -115,7 +116,9 @@ TEST(Backward, TheBaselineIsCloseToTheOracleAndNoCloserThanItsPrecisionAllows) {
       // Within a few percent of the reference's scale (the working dtype's
       // roundings of S, P, dP, dS), and not exact in a half precision.
       EXPECT_LE(t->errors.max_abs, 0.05 * std::max(t->errors.ref_max_abs, 1e-30));
-      if (p.dtype != DType::f32) EXPECT_GT(t->errors.max_abs, 0.0);
+      if (p.dtype != DType::f32) {
+        EXPECT_GT(t->errors.max_abs, 0.0);
+      }
     }
   }
 }
@@ -156,6 +159,18 @@ TEST(Backward, EveryBackwardMutantFailsTheRuleWhereItsFlawShows) {
     const Judged j = judge_backward(*c.subject, backward_problem(c.line));
     EXPECT_FALSE(j.verdict.pass) << j.verdict.rule;
     std::printf("%s caught: %s\n", std::string(c.subject->name()).c_str(), j.verdict.rule.c_str());
+  }
+}
+
+// Until the judge compares gradients, a backward problem is refused with one
+// line naming the field, never judged as a forward one.
+TEST(Backward, TheJudgeRefusesABackwardProblemInsteadOfJudgingItsForward) {
+  CpuPlain plain;
+  try {
+    judge(plain, backward_problem("b=1 hq=1 sq=4 skv=4 d=8 dtype=f16 pass=bwd"));
+    FAIL() << "judged";
+  } catch (const BadInput& error) {
+    EXPECT_EQ(error.field(), "pass");
   }
 }
 
