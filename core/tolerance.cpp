@@ -87,7 +87,11 @@ Verdict decide(const CaseMetrics& subject, const CaseMetrics& baseline, DType ou
     bias.pass = bias.pass || !significant;
     verdict.checks.push_back(bias);
   };
-  bias_check("o.bias", so.mean_signed, bo.mean_signed, so.bias_t, so.count);
+  // The subject's bias is measured from the one a correctly rounded output has
+  // on these references (ErrorStats::rounding_mean), which is not its doing;
+  // the baseline's as before (its own rounding, of values its arithmetic
+  // spreads, is part of what plain attention in this precision does).
+  bias_check("o.bias", so.mean_signed - so.rounding_mean, bo.mean_signed, so.bias_t, so.count);
   // ErrorStats::mean_magnitude (the error along sign(ref)) is recorded, not
   // judged: as a rule it failed a correct case (tolerance.hpp).
   verdict.census_pass = subject.o.census.mismatches == 0 && (!subject.has_lse || subject.lse.census.mismatches == 0);
@@ -110,10 +114,10 @@ Verdict decide(const CaseMetrics& subject, const CaseMetrics& baseline, DType ou
   if (decisive && decisive->metric == "o.bias") {
     verdict.pass = false;
     verdict.rule = fmt::format(
-        "o.bias: mean signed error {:.3e} (t = {:.1f}, |t| > {}) > {} x baseline's {:.3e} + floor {:.3e} = {:.3e} "
-        "(ratio {:.2f}): a systematic bias the baseline's rounding does not explain",
-        so.mean_signed, so.bias_t, kBiasT, kBaselineFactor, bo.mean_signed, decisive->floor, decisive->bound,
-        decisive->subject / decisive->bound);
+        "o.bias: mean signed error {:.3e} beyond correct rounding's {:.3e} (t = {:.1f}, |t| > {}) > {} x baseline's "
+        "{:.3e} + floor {:.3e} = {:.3e} (ratio {:.2f}): a systematic bias the baseline's rounding does not explain",
+        so.mean_signed - so.rounding_mean, so.rounding_mean, so.bias_t, kBiasT, kBaselineFactor, bo.mean_signed,
+        decisive->floor, decisive->bound, decisive->subject / decisive->bound);
     return verdict;
   }
   if (decisive) {

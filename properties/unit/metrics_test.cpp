@@ -753,6 +753,33 @@ TEST(BiasRuleTest, FloorIsAQuarterRoundingAtTheReferencesScale) {
   EXPECT_EQ(c.bound, kBaselineFactor * std::fabs(bias_case.baseline.o.errors.mean_signed) + c.floor);
 }
 
+// References crowded around one value round the same way: a correctly rounded
+// output then has a mean error far from 0 and a huge t, and is no bias of the
+// subject's (the H200 sweep's 262144-key case, where every bf16 kernel and
+// cuDNN wrote the same O); a truncating output on the same references is.
+TEST(BiasRuleTest, CorrectRoundingOfCrowdedReferencesIsNotABias) {
+  RowsPair rows(make_problem(1, 1, 1, 32, 32, 16, DType::bf16));
+  rows.fill(0.0);
+  const int n = static_cast<int>(rows.want.o.size());
+  for (int i = 0; i < n; ++i) rows.want.o[i] = -1.7 + 1e-4 * std::sin(static_cast<double>(i));
+  RowsPair base = rows;
+  for (int i = 0; i < n; ++i) {
+    rows.got.o[i] = round_to(DType::bf16, rows.want.o[i]);
+    base.got.o[i] = round_to(DType::bf16, rows.want.o[i] * (1 + 0x1p-7 * std::sin(3.0 * i)));
+  }
+  const CaseMetrics subject = rows.compare(DType::bf16), baseline = base.compare(DType::bf16);
+  ASSERT_GT(std::fabs(subject.o.errors.bias_t), kBiasT);                       // the t gate alone would flag it
+  // The baseline rounds values its arithmetic spread by about an ulp: its mean
+  // error stays near 0 while correct rounding's is not.
+  ASSERT_GT(std::fabs(subject.o.errors.mean_signed),
+            kBaselineFactor * std::fabs(baseline.o.errors.mean_signed) + 0.25 * 0x1p-8 * 1.7);  // the old rule failed it
+  const Verdict v = decide(subject, baseline, DType::bf16);
+  EXPECT_TRUE(v.pass) << v.rule;
+  for (int i = 0; i < n; ++i) rows.got.o[i] = toward_zero_bf16(rows.want.o[i]);
+  const Verdict truncating = decide(rows.compare(DType::bf16), baseline, DType::bf16);
+  EXPECT_FALSE(truncating.pass) << truncating.rule;
+}
+
 // ---- records ----------------------------------------------------------------------
 
 class RecordTest : public ::testing::Test {

@@ -100,7 +100,19 @@ double logit_noise(const LogitCondition& condition, double value);
 ///    over the n compared elements of O (ErrorStats::bias_t), and n >=
 ///    kBiasMinCount, so that t has a sample behind it;
 ///  - it is larger than the baseline's own bias and the output rounding explain:
-///      |mean_signed(subject)| > kBaselineFactor |mean_signed(baseline)| + bias_floor
+///      |mean_signed(subject) - rounding_mean| > kBaselineFactor |mean_signed(baseline)| + bias_floor,
+///      the subject's mean error measured from what a correctly rounded output
+///      has on the same references (ErrorStats::rounding_mean). The baseline's
+///      stays unshifted: its arithmetic spreads its outputs before they round
+///      (H200 case below: mean -1.2e-5 against rounding_mean 2.9e-3), and
+///      shifting it would widen the bound by 2 x rounding_mean, enough to let a
+///      truncating output (one ulp, 7.8e-3 there) through.
+///      Why (issue 21's GPU sweep, 2026-11-26, H200): on `b=1 hq=2 hkv=1 sq=1
+///      skv=262144 d=128 bf16 mask=window window=-1,3 values=normal(-1.7,0.8)`
+///      every bf16 kernel and cuDNN wrote the same O (err/err(cuDNN) = 1.00),
+///      whose 256 references all lie near mean(V) = -1.7 and round the same
+///      way: a mean error of 2.887e-3 at t = 20, ratio 1.30 against the
+///      unshifted floor, on outputs that were as correct as bf16 allows
 ///      bias_floor = kBiasFloorRoundings max(u(out) rms(ref), s(out)) + logit_noise(o_rms)
 ///                   + accumulation_noise(accumulation_o)
 ///    where s(out) is the dtype's smallest subnormal: the output grid's spacing
