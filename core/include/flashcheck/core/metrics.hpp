@@ -55,8 +55,8 @@ struct ErrorStats {
   double bias_t = 0;                  // t statistic of mean_signed (|t| > 4: biased)
   /// The mean signed error a correctly rounded output would have: mean of
   /// round(ref) - ref in the output dtype. Far from 0 where the references
-  /// crowd around one value (a long row's O tends to mean(V)), so that every
-  /// element rounds the same way; the bias check measures from it.
+  /// crowd around one value, so that every element rounds the same way; the
+  /// bias check measures the subject's mean error from it (tolerance.hpp).
   double rounding_mean = 0;
   // The same over the pairs whose reference is not 0, of (got - ref) sign(ref):
   // negative where outputs shrink toward zero (a truncating epilogue), whatever

@@ -107,12 +107,17 @@ double logit_noise(const LogitCondition& condition, double value);
 ///      (H200 case below: mean -1.2e-5 against rounding_mean 2.9e-3), and
 ///      shifting it would widen the bound by 2 x rounding_mean, enough to let a
 ///      truncating output (one ulp, 7.8e-3 there) through.
-///      Why (issue 21's GPU sweep, 2026-11-26, H200): on `b=1 hq=2 hkv=1 sq=1
-///      skv=262144 d=128 bf16 mask=window window=-1,3 values=normal(-1.7,0.8)`
-///      every bf16 kernel and cuDNN wrote the same O (err/err(cuDNN) = 1.00),
-///      whose 256 references all lie near mean(V) = -1.7 and round the same
-///      way: a mean error of 2.887e-3 at t = 20, ratio 1.30 against the
-///      unshifted floor, on outputs that were as correct as bf16 allows
+///      Why: references crowded around one value (a long row's O tends to
+///      mean(V)) all round the same way, so a correctly rounded output has a
+///      mean error up to half an ulp and an unbounded t; the unshifted rule
+///      failed it (BiasRuleTest.CorrectRoundingOfCrowdedReferencesIsNotABias).
+///      Measured, it is not what the H200 sweep of 2026-11-26 found: on `b=1
+///      hq=2 hkv=1 sq=1 skv=262144 d=128 bf16 mask=window window=-1,3
+///      values=normal(-1.7,0.8)` rounding_mean was -4.2e-5, and the mma
+///      kernels, hopper and cuDNN (err/err(cuDNN) = 1.00) still fail o.bias
+///      with a mean error of 2.93e-3 (0.38 bf16 ulp, t = 20, ratio 1.32) where
+///      decode and splitkv, whose P stays f32, have 0: a finding about rounding
+///      the unnormalised P to bf16 before P V on long rows, not a false alarm
 ///      bias_floor = kBiasFloorRoundings max(u(out) rms(ref), s(out)) + logit_noise(o_rms)
 ///                   + accumulation_noise(accumulation_o)
 ///    where s(out) is the dtype's smallest subnormal: the output grid's spacing
