@@ -32,6 +32,9 @@ void append_durably(const std::filesystem::path& path, const std::string& line);
 /// RapidCheck size `size` (0 to 100; negative: a size that cycles with k).
 rc::Shrinkable<Problem> draw_problem(const Subject& subject, std::uint64_t seed, std::int64_t k, int size = -1);
 
+/// A 64-bit mix of (seed, k) (splitmix64's finaliser): spreads subjects over cases.
+std::uint64_t mix(std::uint64_t seed, std::int64_t k);
+
 /// The worker's request line for one case.
 std::string request(const std::string& key, const Subject& subject, const Problem& problem);
 
