@@ -1,6 +1,6 @@
 // The driver of a sweep: the main loop over the case stream (case_stream.cpp)
 // and the worker processes (worker_pool.hpp), the records (records.cpp),
-// shrinking (shrink.cpp), the corpus, progress and the summary.
+// shrinking (shrink.cpp), the corpus and progress; the summary (summary.cpp).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -33,6 +33,7 @@
 #include "flashcheck/judge/judge.hpp"
 #include "flashcheck/generators/generators.hpp"
 #include "flashcheck/core/process.hpp"
+#include "summary.hpp"
 #include "worker_pool.hpp"
 
 namespace flashcheck::fuzz {
@@ -45,13 +46,6 @@ namespace {
 
 using namespace detail;
 
-struct SubjectStats {
-  std::int64_t cases = 0, passed = 0, unsupported = 0, unavailable = 0, vacuous = 0, deviations = 0;
-  std::string unavailable_because;  // the first unavailable case's message
-  std::map<std::string, std::int64_t> failures;  // by check
-  double worst_ratio = 0;
-  double seconds = 0;
-};
 
 }  // namespace
 
@@ -293,73 +287,11 @@ int run_sweep(const FuzzOptions& options) {
 
   const double wall_ms = 1e3 * std::chrono::duration<double>(Clock::now() - started).count();
   save_budget(wall_ms / 1e3);
-  // Shares of the workers' combined time (wall time x workers: with --gpus they run at once).
-  const double worker_ms = wall_ms * static_cast<double>(workers.size());
-  const auto share = [worker_ms](double ms) { return worker_ms > 0 ? 100 * ms / worker_ms : 0.0; };
-  fmt::print("\nsweep summary: {} case(s) run in {:.1f} min ({:.0f} cases/min), {} failure(s); {} recorded before "
-             "(resumed); records in {}\n",
-             ran, wall_ms / 6e4, wall_ms > 0 ? ran / (wall_ms / 6e4) : 0.0, failures, resumed, records.string());
-  fmt::print("{}: subjects {:.1f} s ({:.0f}%), oracles (f64 + baseline) {:.1f} s ({:.0f}%), inputs {:.1f} s "
-             "({:.0f}%), the rest (processes, pipes, shrinking) {:.0f}%\n",
-             workers.size() > 1 ? fmt::format("time of {} workers", workers.size()) : std::string("wall time"),
-             subject_ms / 1e3, share(subject_ms), oracle_ms / 1e3, share(oracle_ms), inputs_ms / 1e3, share(inputs_ms),
-             std::max(0.0, 100 - share(subject_ms) - share(oracle_ms) - share(inputs_ms)));
-  fmt::print("{:<32} {:>7} {:>7} {:>8} {:>8} {:>10} {:>11} {:>9} {:>11} {:>11}  failures by check\n", "subject",
-             "cases", "passes", "failures", "vacuous", "deviations", "worst ratio", "cases/min", "unsupported",
-             "unavailable");
-  for (const auto& [name, s] : stats) {
-    std::string by_check;
-    for (const auto& [check, count] : s.failures) by_check += fmt::format("{}{}={}", by_check.empty() ? "" : " ", check, count);
-    fmt::print("{:<32} {:>7} {:>7} {:>8} {:>8} {:>10} {:>11.3g} {:>9.0f} {:>11} {:>11}  {}\n", name, s.cases, s.passed,
-               s.cases - s.passed - s.vacuous - s.deviations, s.vacuous, s.deviations, s.worst_ratio,
-               s.seconds > 0 ? 60 * s.cases / s.seconds : 0.0, s.unsupported, s.unavailable, by_check);
-  }
-  // Subjects this machine cannot run: said, never passed; failures under --require-gpu.
-  std::int64_t unavailable_subjects = 0;
-  for (const auto& [name, s] : stats)
-    if (s.unavailable > 0) {
-      ++unavailable_subjects;
-      if (options.require_gpu)
-        fmt::print(stderr, "flashcheck: --require-gpu: {} is unavailable here: {}\n", name, s.unavailable_because);
-      else
-        fmt::print("UNAVAILABLE  {}: {} case(s) not run on this machine: {}\n", name, s.unavailable,
-                   s.unavailable_because);
-    }
-  if (options.require_gpu && unavailable_subjects > 0) return 1;
-  if (ran == 0 && resumed == 0) {  // nothing judged: never a pass
-    std::int64_t skipped = 0;
-    for (const auto& [name, s] : stats) skipped += s.unsupported + s.unavailable;
-    fmt::print(stderr, "fuzz: no case ran: {}\n",
-               skipped > 0 ? fmt::format("all {} case(s) drawn were unsupported or unavailable on this machine", skipped)
-                           : std::string("the budget ended before the first case (raise --minutes or --cases)"));
-    return 2;
-  }
-  if (first_catch.empty()) return failures > 0 ? 1 : 0;
-
-  // The mutation score: caught / total, and when each was first caught.
-  std::size_t not_run = 0;
-  for (const auto& [name, when] : first_catch)
-    if (!caught.count(name) && stats[name].cases == 0) ++not_run;
-  fmt::print("\nmutation score: {}/{} caught{}\n", caught.size(), first_catch.size(),
-             not_run ? fmt::format(" ({} never ran: every case unsupported or unavailable here)", not_run) : "");
-  fmt::print("{:<32} {:>9} {:>16}  {}\n", "mutant", "cases", "first catch", "caught by");
-  for (const auto& [name, when] : first_catch) {
-    const SubjectStats& s = stats[name];
-    const std::string at = when ? fmt::format("{:.1f} s", *when)
-                           : caught.count(name) ? "before resume"
-                           : s.cases == 0      ? "never ran"
-                                               : "SURVIVED";
-    std::string by;
-    for (const auto& [check, count] : s.failures) by += fmt::format("{}{}", by.empty() ? "" : " ", check);
-    fmt::print("{:<32} {:>9} {:>16}  {}\n", name, s.cases, at, by);
-  }
-  log_file << fmt::format("mutation score: {}/{} caught\n", caught.size(), first_catch.size());
-  // With mutants, the sweep passes when every mutant was caught and no subject
-  // under test failed.
-  std::int64_t subject_failures = 0;
-  for (const auto& [name, s] : stats)
-    if (!first_catch.count(name)) subject_failures += s.cases - s.passed - s.vacuous - s.deviations;
-  return subject_failures > 0 || caught.size() < first_catch.size() ? 1 : 0;
+  return summarise(options,
+                   SweepTotals{ran, failures, static_cast<std::int64_t>(resumed), wall_ms, workers.size(), records,
+                               subject_ms, oracle_ms, inputs_ms, std::move(stats), std::move(first_catch),
+                               std::move(caught)},
+                   log_file);
 }
 
 }  // namespace flashcheck::fuzz
