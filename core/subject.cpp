@@ -89,6 +89,15 @@ std::optional<RunResult> refuse_outside(const Capabilities& caps, const Problem&
   return result;
 }
 
+std::optional<BackwardResult> refuse_backward_outside(const Capabilities& caps, const Problem& problem) {
+  auto reason = unsupported_reason(caps, problem);
+  if (!reason) return std::nullopt;
+  BackwardResult result;
+  result.status = Status::unsupported;
+  result.message = std::move(*reason);
+  return result;
+}
+
 std::string describe(const Capabilities& caps) {
   std::vector<std::string_view> dtypes, masks, layouts;
   for (DType t : {DType::f32, DType::f16, DType::bf16})

@@ -105,12 +105,8 @@ RunResult CpuFa2Tiles::run(const Problem& p, const Inputs& in) {
 }
 
 BackwardResult CpuFa2Tiles::run_backward(const Problem& p, const BackwardInputs& in) {
+  if (auto refusal = refuse_backward_outside(capabilities(), p)) return *refusal;
   BackwardResult result;
-  if (auto refusal = refuse_outside(capabilities(), p)) {
-    result.status = refusal->status;
-    result.message = refusal->message;
-    return result;
-  }
   result.gradients = make_gradients(p);
   const std::int64_t d = p.head_dim, dv = p.head_dim_v, group = p.group_size();
   const auto scale = static_cast<float>(p.softmax_scale);

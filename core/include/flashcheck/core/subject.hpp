@@ -134,6 +134,9 @@ struct RunResult;
 /// The `unsupported` result for a problem outside a domain, or nullopt inside
 /// it: the first line of every Subject::run.
 std::optional<RunResult> refuse_outside(const Capabilities& caps, const Problem& problem);
+struct BackwardResult;
+/// The same for Subject::run_backward.
+std::optional<BackwardResult> refuse_backward_outside(const Capabilities& caps, const Problem& problem);
 
 /// One line describing a domain, for `flashcheck list`.
 std::string describe(const Capabilities& caps);
