@@ -168,10 +168,7 @@ int bench(const BenchOptions& options) {
     // the convention of cuDNN's and FlashAttention's benchmarks, 2.5x the
     // forward's (five products of the forward's size for d = dv), over every
     // query row since dK and dV need them all.
-    Problem grad = problem;
-    grad.head_dim = problem.head_dim_v;
-    grad.data_seed = problem.data_seed + 1;
-    const HostTensor dout = generate_inputs(grad).q;
+    const HostTensor dout = generate_dout(problem);
     const RowSet keys = all_key_rows(problem);
     for (int r = 0; r < options.repeats; ++r) {
       start = std::chrono::steady_clock::now();

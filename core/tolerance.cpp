@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <vector>
 #include <cmath>
 #include <limits>
 
@@ -133,6 +134,21 @@ Verdict decide(const CaseMetrics& subject, const CaseMetrics& baseline, DType ou
   verdict.rule = fmt::format("every check within k={} x baseline + floor; closest {} {:.3e} <= {:.3e} (ratio {:.2f})",
                              kBaselineFactor, closest->metric, closest->subject, closest->bound, closest->ratio);
   return verdict;
+}
+
+GradientCondition gradient_condition(const Problem& p) {
+  GradientCondition c;
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    // How many query rows (over the GQA group) see each key.
+    std::vector<double> seen_by(static_cast<std::size_t>(p.len_kv(b)), 0.0);
+    for (std::int64_t i = 0; i < p.len_q(b); ++i) {
+      const VisibleKeys keys = visible_key_range(p, b, i);
+      c.dq_terms = std::max(c.dq_terms, static_cast<double>(keys.count()));
+      for (std::int64_t j = keys.first; j <= keys.last; ++j) seen_by[j] += static_cast<double>(p.group_size());
+    }
+    for (double n : seen_by) c.dkv_terms = std::max(c.dkv_terms, n);
+  }
+  return c;
 }
 
 Verdict decide_gradients(const GradientMetrics& subject, const GradientMetrics& baseline, DType out_dtype,

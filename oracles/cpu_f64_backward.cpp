@@ -9,28 +9,13 @@
 
 #include "flashcheck/oracles/blas.hpp"
 #include "flashcheck/oracles/exp_f64.hpp"
+#include "cpu_f64_rows.hpp"
 
 namespace flashcheck {
 namespace {
 
-// Keys [first, last] that query i (of lq queries against lk keys) sees; empty
-// when first > last. This file's own reading of MaskKind's spec.
-struct KeyRange {
-  std::int64_t first, last;
-  bool empty() const { return first > last; }
-};
+using namespace cpu_f64_detail;
 
-KeyRange visible(const Problem& p, std::int64_t i, std::int64_t lq, std::int64_t lk) {
-  const std::int64_t diagonal = i + (lk - lq);
-  KeyRange range{0, lk - 1};
-  if (p.mask == MaskKind::causal_tl) range.last = std::min(range.last, i);
-  if (p.mask == MaskKind::causal_br) range.last = std::min(range.last, diagonal);
-  if (p.mask == MaskKind::window) {
-    if (p.window_left >= 0) range.first = std::max(range.first, diagonal - p.window_left);
-    if (p.window_right >= 0) range.last = std::min(range.last, diagonal + p.window_right);
-  }
-  return range;
-}
 
 bool all_finite(const std::vector<double>& x, std::int64_t first, std::int64_t count) {
   for (std::int64_t n = first; n < first + count; ++n)
@@ -51,11 +36,6 @@ void gemm_at(std::int64_t m, std::int64_t n, std::int64_t k, double alpha, const
              const double* b, std::int64_t ldb, double* c, std::int64_t ldc) {
   cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
               alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), 0.0, c, static_cast<int>(ldc));
-}
-
-// Row blocks of about 8 MiB of scores each (cpu_f64's measured choice).
-std::int64_t rows_per_block(std::int64_t keys) {
-  return std::clamp<std::int64_t>((8 << 20) / (8 * std::max<std::int64_t>(keys, 1)), 16, 256);
 }
 
 }  // namespace
@@ -109,7 +89,7 @@ GradientRows cpu_f64_gradients(const Problem& p, const Inputs& in, const HostTen
           const std::int64_t begin = (task % blocks) * block, count = std::min(block, lq - begin);
           std::int64_t key_lo = lk, key_hi = -1;
           for (std::int64_t r = 0; r < count; ++r) {
-            ranges[r] = visible(p, begin + r, lq, lk);
+            ranges[r] = visible_keys(p, begin + r, lq, lk);
             if (!ranges[r].empty()) {
               key_lo = std::min(key_lo, ranges[r].first);
               key_hi = std::max(key_hi, ranges[r].last);

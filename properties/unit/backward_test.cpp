@@ -32,21 +32,6 @@ BackwardInputs hand_over(const Problem& p) {
   return in;
 }
 
-// The terms each gradient element sums (tolerance.hpp's GradientCondition).
-GradientCondition condition_of(const Problem& p) {
-  GradientCondition c;
-  for (std::int64_t b = 0; b < p.batch; ++b) {
-    std::vector<double> seen_by(static_cast<std::size_t>(p.len_kv(b)), 0.0);
-    for (std::int64_t i = 0; i < p.len_q(b); ++i) {
-      const VisibleKeys keys = visible_key_range(p, b, i);
-      c.dq_terms = std::max(c.dq_terms, static_cast<double>(keys.count()));
-      for (std::int64_t j = keys.first; j <= keys.last; ++j) seen_by[j] += static_cast<double>(p.group_size());
-    }
-    for (double n : seen_by) c.dkv_terms = std::max(c.dkv_terms, n);
-  }
-  return c;
-}
-
 struct Judged {
   Verdict verdict;
   GradientMetrics subject, baseline;
@@ -62,7 +47,7 @@ Judged judge_backward(Subject& subject, const Problem& p) {
   Judged j;
   j.subject = compare_gradients(p, gather_gradients(p, run.gradients, q, kv), want, p.dtype);
   j.baseline = compare_gradients(p, base, want, p.dtype);
-  j.verdict = decide_gradients(j.subject, j.baseline, p.dtype, condition_of(p));
+  j.verdict = decide_gradients(j.subject, j.baseline, p.dtype, gradient_condition(p));
   return j;
 }
 

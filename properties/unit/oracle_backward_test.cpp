@@ -19,14 +19,6 @@
 namespace flashcheck {
 namespace {
 
-// An upstream gradient for `p`: drawn like Q, with dv columns and its own seed.
-HostTensor draw_dout(const Problem& p) {
-  Problem g = p;
-  g.head_dim = p.head_dim_v;
-  g.data_seed = p.data_seed * 31 + 7;
-  return generate_inputs(g).q;
-}
-
 // The keys query i sees, by the mask's spec (written again here).
 bool sees(const Problem& p, std::int64_t i, std::int64_t j, std::int64_t lq, std::int64_t lk) {
   const std::int64_t diagonal = i + lk - lq;
@@ -129,7 +121,7 @@ TEST(OracleBackward, AgreesWithTheFormulasElementByElement) {
   for (const Problem& p : problems) {
     SCOPED_TRACE(to_line(p));
     const Inputs in = generate_inputs(p);
-    const HostTensor dout = draw_dout(p);
+    const HostTensor dout = generate_dout(p);
     const GradientRows want = direct_gradients(p, in, dout);
     const GradientRows got = cpu_f64_gradients(p, in, dout, all_rows(p), all_key_rows(p));
     // Both are f64 evaluations of the same sums (the direct one in long double):
@@ -158,7 +150,7 @@ TEST(OracleBackward, AgreesWithCentralDifferencesOfTheForwardOracle) {
       for (std::int64_t n = 0; n < t.size(); ++n) t.store(n, std::round(t.load(n) * 1024) / 1024);
     };
     quantize(in.q), quantize(in.k), quantize(in.v);
-    HostTensor dout = draw_dout(p);
+    HostTensor dout = generate_dout(p);
     quantize(dout);
     const GradientRows g = cpu_f64_gradients(p, in, dout, all_rows(p), all_key_rows(p));
     auto loss = [&](const Inputs& x) {
@@ -205,7 +197,7 @@ TEST(OracleBackward, KeyGradientsSumToZeroAndValueGradientsToTheUpstreamOnes) {
   p.lens_q = {64, 30};
   p.lens_kv = {80, 12};
   const Inputs in = generate_inputs(p);
-  const HostTensor dout = draw_dout(p);
+  const HostTensor dout = generate_dout(p);
   const GradientRows g = cpu_f64_gradients(p, in, dout, all_rows(p), all_key_rows(p));
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t hk = 0; hk < p.heads_kv; ++hk) {
@@ -232,7 +224,7 @@ TEST(OracleBackward, SampledRowsAreTheFullRowsAtThoseRowsAndTheThreadCountChange
   Problem p = shaped(1, 2, 1, 600, 520, 32, MaskKind::window, 8);
   p.window_left = 100, p.window_right = 30;
   const Inputs in = generate_inputs(p);
-  const HostTensor dout = draw_dout(p);
+  const HostTensor dout = generate_dout(p);
   const GradientRows full = cpu_f64_gradients(p, in, dout, all_rows(p), all_key_rows(p));
   const RowSet q = sample_rows(p, 40, 3), kv = sample_key_rows(p, 50, 4);
   const GradientRows sampled = cpu_f64_gradients(p, in, dout, q, kv);
@@ -261,7 +253,7 @@ TEST(OracleBackward, FullyMaskedRowsHaveZeroGradientsAndNonFiniteMaskedKeysStayO
   Inputs in = generate_inputs(p);
   in.k.set(0, 0, 4, 0, std::numeric_limits<double>::infinity());  // seen only by the last row
   in.v.set(0, 0, 4, 1, std::numeric_limits<double>::quiet_NaN());
-  const HostTensor dout = draw_dout(p);
+  const HostTensor dout = generate_dout(p);
   const GradientRows g = cpu_f64_gradients(p, in, dout, all_rows(p), all_key_rows(p));
   for (std::int64_t i = 0; i < 7; ++i)
     for (std::int64_t c = 0; c < p.head_dim; ++c) EXPECT_EQ(g.dq_row(0, 0, i)[c], 0.0) << "row " << i;

@@ -13,6 +13,7 @@
 
 #include "flashcheck/core/dtype.hpp"
 #include "flashcheck/core/metrics.hpp"
+#include "flashcheck/core/problem.hpp"
 
 namespace flashcheck {
 
@@ -229,6 +230,9 @@ inline constexpr double kGradientBaselineFactor = 2.0;
 struct GradientCondition {
   double dq_terms = 1, dkv_terms = 1;
 };
+
+/// The terms each gradient element of a problem sums, from its masks and lengths.
+GradientCondition gradient_condition(const Problem& problem);
 
 /// Applies the backward's rule; checks are named dq.max_abs, dq.rmse, dk.*, dv.*.
 Verdict decide_gradients(const GradientMetrics& subject, const GradientMetrics& baseline, DType out_dtype,

@@ -14,8 +14,8 @@
 // row and over the query heads of a GQA group, in a fixed order (the blocks'
 // partial sums are added block by block), so that the result does not depend
 // on the thread count. Masks, varlen and padding are read from the Problem
-// here, on their own: nothing is shared with kernels/ or with cpu_f64's
-// forward code. Fully masked query rows have zero gradients and contribute
+// as cpu_f64's forward reads them (oracles/cpu_f64_rows.hpp); nothing is
+// shared with kernels/. Fully masked query rows have zero gradients and contribute
 // nothing; masked keys are absent, never multiplied by zero (non-finite
 // inputs follow IEEE arithmetic through the visible entries only).
 #pragma once
