@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "flashcheck/cli/commands.hpp"
@@ -21,7 +22,55 @@ namespace flashcheck::cli {
 namespace {
 
 
+void print_verdict(const CaseResult& r, std::int64_t rows_compared) {
+  if (r.verdict_kind == VerdictKind::pass) fmt::print("  verdict: PASS -- {}\n", r.verdict.rule);
+  else if (r.verdict_kind == VerdictKind::vacuous)
+    fmt::print("  verdict: VACUOUS -- nothing compared: none of the {} compared row(s) sees a key (empty or fully "
+               "masked), or no element was compared; held ({})\n",
+               rows_compared, r.verdict.rule);
+  else if (r.verdict_kind == VerdictKind::deviation)
+    fmt::print("  verdict: DEVIATION -- outside the rule ({}), inside a limit the subject declares: {}\n",
+               r.verdict.rule, r.deviation);
+  else fmt::print("{}", explain(r));
+}
+
+// A backward case: the rule's checks on dQ, dK and dV, each gradient's error
+// distribution beside the baseline's, and the NaN/Inf census.
+void print_backward_case(const CaseResult& r) {
+  fmt::print("rows checked: dQ on {} of {} query rows, dK/dV on {} of {} key rows{}   time: subject {:.1f} ms, oracle "
+             "{:.1f} ms, baseline {:.1f} ms\n",
+             r.rows.size(), r.problem.seqlen_q, r.kv_rows.size(), r.problem.seqlen_kv,
+             r.on_every_row() ? "" : " (sampled)", r.subject_ms, r.oracle_ms, r.baseline_ms);
+  if (!r.every_row_unavailable.empty())
+    fmt::print("  every row: not checked ({})\n", r.every_row_unavailable);
+  fmt::print("  {:<16} {:>11} {:>11} {:>11} {:>7}\n", "vs cpu_f64", "subject",
+             fmt::format("cpu_lowp/{}", to_string(r.baseline_dtype)), "bound", "ratio");
+  for (const auto& c : r.verdict.checks)
+    fmt::print("  {:<16} {:>11.3e} {:>11.3e} {:>11.3e} {:>7.2f}{}\n", c.metric, c.subject, c.baseline, c.bound, c.ratio,
+               c.pass ? "" : "  FAIL");
+  const std::tuple<const char*, const TensorMetrics*, const TensorMetrics*> gradients[] = {
+      {"dq", &r.subject_gradients.dq, &r.baseline_gradients.dq},
+      {"dk", &r.subject_gradients.dk, &r.baseline_gradients.dk},
+      {"dv", &r.subject_gradients.dv, &r.baseline_gradients.dv}};
+  for (const auto& [name, s, b] : gradients) {
+    fmt::print("  {:<16} {:>11.3e} {:>11.3e}\n", fmt::format("{}.p99", name), s->errors.p99, b->errors.p99);
+    fmt::print("  {:<16} {:>11.3e} {:>11.3e}\n", fmt::format("{}.normwise_rel", name), s->errors.normwise_rel,
+               b->errors.normwise_rel);
+    fmt::print("  {:<16} {:>11.2f} {:>11.2f}   (|t| > 4: a systematic bias; recorded, not judged)\n",
+               fmt::format("{}.bias_t", name), s->errors.bias_t, b->errors.bias_t);
+  }
+  const std::int64_t differ =
+      r.subject_gradients.dq.census.mismatches + r.subject_gradients.dk.census.mismatches + r.subject_gradients.dv.census.mismatches;
+  fmt::print("  NaN/Inf census: {}\n", differ == 0 ? "agrees" : fmt::format("{} position(s) differ", differ));
+  if (r.peer && r.peer->gradients)
+    fmt::print("  vs {} (same inputs): err(subject)/err({}) = {:.2f} (max), {:.2f} (rmse), worst of dQ, dK, dV; {}\n",
+               r.peer->name, r.peer->name, r.peer->gradient_max_ratio, r.peer->gradient_rmse_ratio, r.peer->version);
+  if (!r.subject_version.empty()) fmt::print("  subject: {}\n", r.subject_version);
+  print_verdict(r, r.subject_gradients.q_rows_compared);
+}
+
 void print_case(const CaseResult& r) {
+  if (r.backward()) return print_backward_case(r);
   const auto& s = r.subject_metrics;
   const auto& base = r.baseline_metrics;
   fmt::print("rows checked: {} of {} per (batch, head){}   time: subject {:.1f} ms, oracle {:.1f} ms, baseline {:.1f} ms\n",
@@ -54,15 +103,7 @@ void print_case(const CaseResult& r) {
     fmt::print("  vs {} (same inputs): err(subject)/err({}) = {:.2f} (max), {:.2f} (rmse); {}\n", r.peer->name,
                r.peer->name, r.peer->o_max_ratio, r.peer->o_rmse_ratio, r.peer->version);
   if (!r.subject_version.empty()) fmt::print("  subject: {}\n", r.subject_version);
-  if (r.verdict_kind == VerdictKind::pass) fmt::print("  verdict: PASS -- {}\n", r.verdict.rule);
-  else if (r.verdict_kind == VerdictKind::vacuous)
-    fmt::print("  verdict: VACUOUS -- nothing compared: none of the {} compared row(s) sees a key (empty or fully "
-               "masked), or no element of O was compared; held ({})\n",
-               r.subject_metrics.rows_compared, r.verdict.rule);
-  else if (r.verdict_kind == VerdictKind::deviation)
-    fmt::print("  verdict: DEVIATION -- outside the rule ({}), inside a limit the subject declares: {}\n",
-               r.verdict.rule, r.deviation);
-  else fmt::print("{}", explain(r));
+  print_verdict(r, r.subject_metrics.rows_compared);
 }
 
 /// Cross-oracle triangulation of one case: the subject against cpu_f64 and
@@ -172,7 +213,9 @@ int run_cases(const RunOptions& options) {
         fmt::print("\n== {}  {}\n", subject->name(), to_line(problem));
         if (result.ran()) {
           print_case(result);
-          if (options.kokkos && problem.seqlen_q > options.max_rows && result.on_every_row()) {
+          if (options.kokkos && problem.pass == Pass::bwd) {
+            fmt::print("  triangulation: the Kokkos reference triangulates the forward pass only\n");
+          } else if (options.kokkos && problem.seqlen_q > options.max_rows && result.on_every_row()) {
             // Judged on every row: the reference already is kokkos_f64 (on the GPU), and cpu_f64 agreed on the sample.
             fmt::print("  triangulation: the verdict's reference is kokkos_f64 on every row; cpu_f64 agreed with it on "
                        "the sampled rows (1e-12)\n");

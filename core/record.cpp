@@ -153,6 +153,18 @@ void to_json(json& j, const CaseMetrics& m) {
   if (m.has_lse) j["lse"] = m.lse;
 }
 
+void to_json(json& j, const GradientMetrics& m) {
+  j = {{"dq", m.dq},
+       {"dk", m.dk},
+       {"dv", m.dv},
+       {"q_rows_compared", m.q_rows_compared},
+       {"kv_rows_compared", m.kv_rows_compared}};
+}
+
+void to_json(json& j, const GradientCondition& c) {
+  j = {{"dq_terms", number(c.dq_terms)}, {"dkv_terms", number(c.dkv_terms)}};
+}
+
 void to_json(json& j, const Verdict& v) {
   json checks = json::array();
   for (const auto& c : v.checks)
@@ -190,13 +202,33 @@ void to_json(json& j, const CaseRecord& r) {
     if (d.rows_basis) j["rows_basis"] = *d.rows_basis == RowsBasis::every ? "every" : "sampled";
     put(j, "every_row_unavailable", d.every_row_unavailable);
     put(j, "deviation", d.deviation);
-    j["metrics"] = d.metrics;
-    j["baseline"] = {{"name", d.baseline.name}, {"dtype", std::string(to_string(d.baseline.dtype))},
-                     {"metrics", d.baseline.metrics}};
+    // A forward case writes `metrics` (O, LSE); a backward one `gradients`
+    // (dQ, dK, dV), in the same places of the baseline and the peer.
+    if (d.gradients) {
+      j["gradients"] = *d.gradients;
+      j["kv_rows_checked"] = d.kv_rows_checked;
+      if (d.gradient_condition) j["gradient_condition"] = *d.gradient_condition;
+    } else {
+      j["metrics"] = d.metrics;
+    }
+    j["baseline"] = {{"name", d.baseline.name}, {"dtype", std::string(to_string(d.baseline.dtype))}};
+    if (d.baseline.gradients)
+      j["baseline"]["gradients"] = *d.baseline.gradients;
+    else
+      j["baseline"]["metrics"] = d.baseline.metrics;
     j["tolerance"] = d.tolerance;
-    if (d.peer)
-      j["peer"] = {{"name", d.peer->name}, {"version", d.peer->version}, {"metrics", d.peer->metrics},
-                   {"o_max_ratio", number(d.peer->o_max_ratio)}, {"o_rmse_ratio", number(d.peer->o_rmse_ratio)}};
+    if (d.peer) {
+      j["peer"] = {{"name", d.peer->name}, {"version", d.peer->version}};
+      if (d.peer->gradients) {
+        j["peer"]["gradients"] = *d.peer->gradients;
+        j["peer"]["gradient_max_ratio"] = number(d.peer->gradient_max_ratio);
+        j["peer"]["gradient_rmse_ratio"] = number(d.peer->gradient_rmse_ratio);
+      } else {
+        j["peer"]["metrics"] = d.peer->metrics;
+        j["peer"]["o_max_ratio"] = number(d.peer->o_max_ratio);
+        j["peer"]["o_rmse_ratio"] = number(d.peer->o_rmse_ratio);
+      }
+    }
     if (d.logit_condition) j["logit_condition"] = *d.logit_condition;
     const HistogramEdges& edges = histogram_edges();
     j["histogram_edges"] = {{"log10", numbers(edges.log10)}, {"ulp_log2", numbers(edges.ulp_log2)}};
@@ -436,6 +468,17 @@ CaseMetrics read_case_metrics(const json& j, std::string_view where) {
   return m;
 }
 
+GradientMetrics read_gradient_metrics(const json& j, std::string_view where) {
+  object(j, where);
+  GradientMetrics m;
+  m.dq = read_tensor(need(j, "dq", where), at(where, "dq"));
+  m.dk = read_tensor(need(j, "dk", where), at(where, "dk"));
+  m.dv = read_tensor(need(j, "dv", where), at(where, "dv"));
+  m.q_rows_compared = optional_integer(j, "q_rows_compared", where).value_or(0);
+  m.kv_rows_compared = optional_integer(j, "kv_rows_compared", where).value_or(0);
+  return m;
+}
+
 Verdict read_verdict(const json& j, std::string_view where) {
   object(j, where);
   Verdict v;
@@ -548,20 +591,41 @@ void from_json(const json& j, CaseRecord& r) {
     }
     d.every_row_unavailable = optional_text(j, "every_row_unavailable", "");
     d.deviation = optional_text(j, "deviation", "");
-    d.metrics = read_case_metrics(need(j, "metrics", ""), "metrics");
+    if (const json* gradients = find(j, "gradients")) {
+      d.gradients = read_gradient_metrics(*gradients, "gradients");
+      d.kv_rows_checked = optional_integer(j, "kv_rows_checked", "").value_or(0);
+      if (const json* c = find(j, "gradient_condition")) {
+        object(*c, "gradient_condition");
+        GradientCondition condition;
+        condition.dq_terms = optional_real(*c, "dq_terms", "gradient_condition").value_or(1.0);
+        condition.dkv_terms = optional_real(*c, "dkv_terms", "gradient_condition").value_or(1.0);
+        d.gradient_condition = condition;
+      }
+    } else {
+      d.metrics = read_case_metrics(need(j, "metrics", ""), "metrics");
+    }
     d.tolerance = read_verdict(need(j, "tolerance", ""), "tolerance");
     if (const json* baseline = find(j, "baseline")) {
       object(*baseline, "baseline");
       d.baseline.name = need_text(*baseline, "name", "baseline");
       d.baseline.dtype = dtype(need(*baseline, "dtype", "baseline"), "baseline.dtype");
-      d.baseline.metrics = read_case_metrics(need(*baseline, "metrics", "baseline"), "baseline.metrics");
+      if (const json* gradients = find(*baseline, "gradients"))
+        d.baseline.gradients = read_gradient_metrics(*gradients, "baseline.gradients");
+      else
+        d.baseline.metrics = read_case_metrics(need(*baseline, "metrics", "baseline"), "baseline.metrics");
     }
     if (const json* peer = find(j, "peer")) {
       object(*peer, "peer");
       PeerRecord p;
       p.name = need_text(*peer, "name", "peer");
       p.version = optional_text(*peer, "version", "peer");
-      p.metrics = read_case_metrics(need(*peer, "metrics", "peer"), "peer.metrics");
+      if (const json* gradients = find(*peer, "gradients")) {
+        p.gradients = read_gradient_metrics(*gradients, "peer.gradients");
+        p.gradient_max_ratio = optional_real(*peer, "gradient_max_ratio", "peer").value_or(0.0);
+        p.gradient_rmse_ratio = optional_real(*peer, "gradient_rmse_ratio", "peer").value_or(0.0);
+      } else {
+        p.metrics = read_case_metrics(need(*peer, "metrics", "peer"), "peer.metrics");
+      }
       p.o_max_ratio = optional_real(*peer, "o_max_ratio", "peer").value_or(0.0);
       p.o_rmse_ratio = optional_real(*peer, "o_rmse_ratio", "peer").value_or(0.0);
       d.peer = std::move(p);

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <tuple>
 
 #include "flashcheck/core/record.hpp"
 #include "flashcheck/core/subject.hpp"
 #include "flashcheck/core/values.hpp"
 #include "flashcheck/oracles/cpu_f64.hpp"
+#include "flashcheck/oracles/cpu_f64_backward.hpp"
 #include "flashcheck/oracles/cpu_lowp.hpp"
 #include "flashcheck/judge/every_row.hpp"
 #include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
@@ -131,19 +133,45 @@ void add_accumulation(LogitCondition& condition, const Problem& p, const RowSet&
 std::string CaseResult::reproducer() const { return replay_command(subject, problem); }
 
 namespace {
-// The backward pass has its vocabulary, oracles and subjects (core/backward.hpp),
-// but this judge compares forward outputs only: judging a pass=bwd problem as a
-// forward one would be a verdict on something the problem did not ask for.
-void refuse_backward(const Problem& problem) {
-  if (problem.pass == Pass::bwd)
-    throw BadInput("pass", "pass=bwd: the judge does not compare gradients yet (the backward oracles and subjects "
-                           "exist; the judge, records and properties for them do not)");
+// The verdict of a case the rule decided: a pass that compared nothing is
+// vacuous; a failure inside a limit the subject declares is a deviation.
+void set_verdict_kind(CaseResult& result, bool compared, const std::optional<std::string>& limit) {
+  if (result.verdict.pass) {
+    result.verdict_kind = compared ? VerdictKind::pass : VerdictKind::vacuous;
+  } else if (limit) {
+    result.verdict_kind = VerdictKind::deviation;
+    result.deviation = *limit;
+  } else {
+    result.verdict_kind = VerdictKind::fail;
+  }
+}
+
+// Whether a backward case compared something: a compared query row that sees
+// a key, and an element of a gradient (finite or a NaN/Inf position).
+bool compared_gradients(const CaseResult& result) {
+  std::int64_t elements = 0;
+  for (const TensorMetrics* t : {&result.subject_gradients.dq, &result.subject_gradients.dk, &result.subject_gradients.dv}) {
+    const Census& c = t->census;
+    elements += t->errors.count + c.want_nan + c.want_pos_inf + c.want_neg_inf + c.got_nan + c.got_pos_inf + c.got_neg_inf;
+  }
+  return result.rows_visible > 0 && elements > 0;
+}
+
+// The worst ratio err(subject) / err(peer) over the three gradients.
+double worst_gradient_ratio(const GradientMetrics& subject, const GradientMetrics& peer, bool rmse) {
+  double worst = 0;
+  const std::pair<const TensorMetrics*, const TensorMetrics*> pairs[] = {
+      {&subject.dq, &peer.dq}, {&subject.dk, &peer.dk}, {&subject.dv, &peer.dv}};
+  for (const auto& [s, p] : pairs) {
+    const double a = rmse ? s->errors.rmse : s->errors.max_abs, b = rmse ? p->errors.rmse : p->errors.max_abs;
+    worst = std::max(worst, b > 0 ? a / b : (a > 0 ? INFINITY : 1.0));
+  }
+  return worst;
 }
 }  // namespace
 
 CaseResult judge(Subject& subject, const Problem& problem, const JudgeOptions& options) {
   validate(problem);
-  refuse_backward(problem);
   if (auto reason = unsupported_reason(subject.capabilities(), problem)) {
     CaseResult result;
     result.problem = problem;
@@ -162,7 +190,7 @@ CaseResult judge(Subject& subject, const Problem& problem, const JudgeOptions& o
 
 CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs, const JudgeOptions& options) {
   validate(problem);
-  refuse_backward(problem);
+  if (problem.pass == Pass::bwd) return judge_backward(subject, problem, inputs, generate_dout(problem), options);
   CaseResult result;
   result.problem = problem;
   result.subject = std::string(subject.name());
@@ -209,14 +237,7 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
   // limit the subject declares is a deviation.
   result.rows_visible = visible_compared_rows(problem, result.rows);
   const std::optional<std::string> limit = declared_deviation(caps, problem, max_abs_finite(inputs.v));
-  if (result.verdict.pass) {
-    result.verdict_kind = compared_something(result) ? VerdictKind::pass : VerdictKind::vacuous;
-  } else if (limit) {
-    result.verdict_kind = VerdictKind::deviation;
-    result.deviation = *limit;
-  } else {
-    result.verdict_kind = VerdictKind::fail;
-  }
+  set_verdict_kind(result, compared_something(result), limit);
   // The peer baseline on the same inputs, for half-precision problems.
   Subject* peer = problem.dtype != DType::f32 ? options.peer : nullptr;
   if (peer && peer != &subject) {
@@ -259,6 +280,86 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
   return result;
 }
 
+CaseResult judge_backward(Subject& subject, const Problem& problem, const Inputs& inputs, const HostTensor& dout,
+                          const JudgeOptions& options) {
+  validate(problem);
+  if (problem.pass != Pass::bwd) throw BadInput("pass", "judge_backward judges pass=bwd problems only");
+  CaseResult result;
+  result.problem = problem;
+  result.subject = std::string(subject.name());
+  result.subject_version = subject.version_info();
+  const Capabilities& caps = subject.capabilities();
+  result.baseline_dtype = caps.compute_dtype.value_or(problem.dtype);
+  if (auto reason = unsupported_reason(caps, problem)) {
+    result.status = Status::unsupported;
+    result.message = *reason;
+    return result;
+  }
+
+  // What the subject is handed (core/backward.hpp): the oracle's forward on
+  // every row, rounded. Its time counts as the oracle's.
+  auto start = std::chrono::steady_clock::now();
+  BackwardInputs handed;
+  handed.inputs = inputs;
+  handed.dout = dout;
+  handed.forward = backward_outputs(problem, cpu_f64_reference(problem, inputs, all_rows(problem)));
+  double forward_ms = elapsed_ms(start);
+
+  start = std::chrono::steady_clock::now();
+  BackwardResult run = subject.run_backward(problem, handed);
+  result.subject_ms = elapsed_ms(start);
+  result.subject_reported_ms = run.time_ms;
+  result.status = run.status;
+  result.message = run.message;
+  if (run.status != Status::ok) return result;
+
+  result.rows = problem.seqlen_q <= options.max_rows ? all_rows(problem)
+                                                     : sample_rows(problem, options.max_rows, options.row_seed);
+  result.kv_rows = problem.seqlen_kv <= options.max_rows ? all_key_rows(problem)
+                                                         : sample_key_rows(problem, options.max_rows, options.row_seed);
+  start = std::chrono::steady_clock::now();
+  const GradientRows reference = cpu_f64_gradients(problem, inputs, dout, result.rows, result.kv_rows);
+  result.oracle_ms = forward_ms + elapsed_ms(start);
+  start = std::chrono::steady_clock::now();
+  const GradientRows baseline =
+      cpu_lowp_gradients(problem, inputs, dout, result.rows, result.kv_rows, result.baseline_dtype);
+  result.baseline_ms = elapsed_ms(start);
+
+  result.baseline_gradients = compare_gradients(problem, baseline, reference, problem.dtype);
+  result.subject_gradients =
+      compare_gradients(problem, gather_gradients(problem, run.gradients, result.rows, result.kv_rows), reference,
+                        problem.dtype);
+  result.gradient_condition = gradient_condition(problem);
+  result.verdict = decide_gradients(result.subject_gradients, result.baseline_gradients, problem.dtype,
+                                    result.gradient_condition);
+  result.rows_visible = visible_compared_rows(problem, result.rows);
+  set_verdict_kind(result, compared_gradients(result), declared_deviation(caps, problem, max_abs_finite(inputs.v)));
+
+  // The peer's backward on the same inputs, for half-precision problems.
+  Subject* peer = problem.dtype != DType::f32 ? options.peer : nullptr;
+  if (peer && peer != &subject && peer->capabilities().backward) {
+    const BackwardResult peer_run = peer->run_backward(problem, handed);
+    if (peer_run.status == Status::ok) {
+      PeerResult p;
+      p.name = std::string(peer->name());
+      p.version = peer->version_info();
+      p.gradients = compare_gradients(
+          problem, gather_gradients(problem, peer_run.gradients, result.rows, result.kv_rows), reference, problem.dtype);
+      p.gradient_max_ratio = worst_gradient_ratio(result.subject_gradients, *p.gradients, false);
+      p.gradient_rmse_ratio = worst_gradient_ratio(result.subject_gradients, *p.gradients, true);
+      result.peer = std::move(p);
+    }
+  }
+  if (options.every_row != EveryRow::off && !result.on_every_row())
+    result.every_row_unavailable = "the every-row reference covers the forward pass only: this backward case rests on "
+                                   "its sampled query and key rows";
+  if (options.keep_outputs) {
+    result.gradients = std::move(run.gradients);
+    result.gradient_reference = reference;
+  }
+  return result;
+}
+
 namespace {
 
 std::string where(const Position& at) {
@@ -274,6 +375,29 @@ std::string explain(const CaseResult& r) {
   text += fmt::format("  verdict: {} -- {}\n", r.verdict_kind == VerdictKind::fail ? "FAIL" : to_string(r.verdict_kind), r.verdict.rule);
   if (r.verdict_kind == VerdictKind::vacuous) text += "  nothing was compared: no compared row sees a key (empty or fully masked)\n";
   if (r.verdict_kind == VerdictKind::deviation) text += fmt::format("  {}\n", r.deviation);
+  if (r.backward()) {
+    // dQ's positions are (batch, query head, query row, column); dK's and
+    // dV's (batch, K/V head, key row, column).
+    const auto at = [](const Position& p, bool key) {
+      return fmt::format("(b={}, {}={}, {}={}, col={})", p.b, key ? "hkv" : "h", p.h, key ? "key" : "row", p.row, p.column);
+    };
+    const std::tuple<const char*, const TensorMetrics*, bool> gradients[] = {
+        {"dQ", &r.subject_gradients.dq, false}, {"dK", &r.subject_gradients.dk, true}, {"dV", &r.subject_gradients.dv, true}};
+    for (const auto& [name, tensor, key] : gradients) {
+      if (tensor->census.first_mismatch)
+        text += fmt::format("  {} NaN/Inf census: {} position(s) differ; first {} got {} want {}\n", name,
+                            tensor->census.mismatches, at(tensor->census.first_mismatch->at, key),
+                            tensor->census.first_mismatch->got, tensor->census.first_mismatch->want);
+      if (tensor->errors.worst)
+        text += fmt::format("  {} worst: {} got {:.6g} want {:.6g} (|err| {:.3e}; baseline max |err| {:.3e})\n", name,
+                            at(tensor->errors.worst->at, key), tensor->errors.worst->got, tensor->errors.worst->want,
+                            tensor->errors.worst->abs_error,
+                            tensor == &r.subject_gradients.dq   ? r.baseline_gradients.dq.errors.max_abs
+                            : tensor == &r.subject_gradients.dk ? r.baseline_gradients.dk.errors.max_abs
+                                                                : r.baseline_gradients.dv.errors.max_abs);
+    }
+    return text + fmt::format("  replay: {}\n", r.reproducer());
+  }
   for (const TensorMetrics* tensor : {&r.subject_metrics.o, &r.subject_metrics.lse}) {
     if (tensor == &r.subject_metrics.lse && !r.subject_metrics.has_lse) continue;
     const char* name = tensor == &r.subject_metrics.o ? "O" : "LSE";
@@ -328,9 +452,19 @@ CaseRecord to_record(const CaseResult& r) {
   judged.rows_basis = r.on_every_row() ? RowsBasis::every : RowsBasis::sampled;
   judged.every_row_unavailable = r.every_row_unavailable;
   if (r.verdict_kind == VerdictKind::deviation) judged.deviation = r.deviation;
-  judged.metrics = r.subject_metrics;
-  judged.baseline = {"cpu_lowp", r.baseline_dtype, r.baseline_metrics};
   judged.tolerance = r.verdict;
+  if (r.backward()) {
+    judged.kv_rows_checked = r.kv_rows.size();
+    judged.gradients = r.subject_gradients;
+    judged.baseline = {"cpu_lowp", r.baseline_dtype, {}, r.baseline_gradients};
+    judged.gradient_condition = r.gradient_condition;
+    if (r.peer)
+      judged.peer = PeerRecord{r.peer->name, r.peer->version, {}, 0, 0, r.peer->gradients, r.peer->gradient_max_ratio,
+                               r.peer->gradient_rmse_ratio};
+    return record;
+  }
+  judged.metrics = r.subject_metrics;
+  judged.baseline = {"cpu_lowp", r.baseline_dtype, r.baseline_metrics, std::nullopt};
   if (r.peer) judged.peer = PeerRecord{r.peer->name, r.peer->version, r.peer->metrics, r.peer->o_max_ratio, r.peer->o_rmse_ratio};
   judged.logit_condition = r.condition;
   return record;

@@ -309,12 +309,12 @@ class Report(unittest.TestCase):
 
     def test_records_of_another_version_are_refused_in_one_line(self):
         records = load(ACCURACY)[:3]
-        records[1]["schema"] = 5
+        records[1]["schema"] = 6
         save(self.path("records.jsonl"), records)
         run = report(self.path("records.jsonl"), "-o", self.path("out"))
         self.assertEqual(run.returncode, 2)
         self.assertEqual(len(run.stderr.strip().splitlines()), 1, run.stderr)
-        self.assertIn("schema 5", run.stderr)
+        self.assertIn("schema 6", run.stderr)
 
 
 def python_with_matplotlib():

@@ -26,7 +26,29 @@ class ScriptedSubject final : public Subject {
   ScriptedSubject(Mode mode, bool declares_limit = false, Status status = Status::ok, std::string message = {})
       : mode_(mode), status_(status), message_(std::move(message)) {
     caps_ = kCpuLowpCapabilities;
+    caps_.backward = true;
     if (declares_limit) caps_.accumulator_max = std::numeric_limits<float>::max();
+  }
+  /// cpu_lowp's gradients on every row (offset: dQ off by 0.5).
+  BackwardResult run_backward(const Problem& problem, const BackwardInputs& in) override {
+    if (auto refused = refuse_backward_outside(caps_, problem)) return *refused;
+    if (mode_ == Mode::status) return BackwardResult{status_, message_, {}, std::numeric_limits<double>::quiet_NaN()};
+    const GradientRows g =
+        cpu_lowp_gradients(problem, in.inputs, in.dout, all_rows(problem), all_key_rows(problem), problem.dtype);
+    BackwardResult result{Status::ok, {}, make_gradients(problem), 0.5};
+    const double offset = mode_ == Mode::offset ? 0.5 : 0.0;
+    for (std::int64_t b = 0; b < problem.batch; ++b) {
+      for (std::int64_t h = 0; h < problem.heads_q; ++h)
+        for (std::int64_t s = 0; s < problem.seqlen_q; ++s)
+          for (std::int64_t c = 0; c < problem.head_dim; ++c)
+            result.gradients.dq.set(b, h, s, c, g.dq_row(b, h, s)[c] + offset);
+      for (std::int64_t h = 0; h < problem.heads_kv; ++h)
+        for (std::int64_t s = 0; s < problem.seqlen_kv; ++s) {
+          for (std::int64_t c = 0; c < problem.head_dim; ++c) result.gradients.dk.set(b, h, s, c, g.dk_row(b, h, s)[c]);
+          for (std::int64_t c = 0; c < problem.head_dim_v; ++c) result.gradients.dv.set(b, h, s, c, g.dv_row(b, h, s)[c]);
+        }
+    }
+    return result;
   }
   std::string_view name() const override { return "scripted"; }
   std::string_view description() const override { return "cpu-lowp, misbehaving on demand"; }
@@ -100,6 +122,13 @@ inline std::vector<NamedRecord> record_samples() {
   samples.push_back({"case fault",
                      judged(ScriptedSubject(Mode::status, false, Status::fault, "an illegal memory access"), small)});
   samples.push_back({"case error", judged(ScriptedSubject(Mode::status, false, Status::error, "out-of-bounds write"), small)});
+  // Backward cases (pass=bwd): gradients, with a peer; a failure; sampled rows.
+  const std::string backward = "b=1 hq=4 hkv=2 sq=12 skv=10 d=8 dtype=bf16 mask=causal_br pass=bwd";
+  ScriptedSubject backward_peer(Mode::plain);
+  samples.push_back({"backward pass with a peer", judged(ScriptedSubject(Mode::plain), backward, &backward_peer)});
+  samples.push_back({"backward fail", judged(ScriptedSubject(Mode::offset), backward)});
+  samples.push_back({"backward on sampled rows", judged(ScriptedSubject(Mode::plain),
+                                                         "b=1 hq=2 sq=40 skv=30 d=8 dtype=f16 pass=bwd dout=uniform(-1,1)")});
 
   // A fuzz case: the worker's judged record, with what the sweep adds.
   CaseRecord fuzzed = judged(ScriptedSubject(Mode::offset), small);

@@ -62,7 +62,7 @@ class RecordSchema(unittest.TestCase):
         for broken in (dict(judged, verdict="maybe"),
                        {k: v for k, v in judged.items() if k != "histogram_edges"},
                        {k: v for k, v in judged.items() if k != "metrics"},
-                       dict(judged, schema=5),
+                       dict(judged, schema=6),
                        dict(judged, histogram_edges=dict(judged["histogram_edges"], log10=["many"]))):
             self.assertFalse(self.validator.is_valid(broken), json.dumps(broken)[:300])
         bench = next(r for r in self.records if r.get("kind") == "bench")
@@ -86,6 +86,23 @@ class RecordSchema(unittest.TestCase):
             self.assertEqual(edges, load.LEGACY_HISTOGRAM_EDGES)
             self.assertEqual(load.bin_labels(edges["log10"], "abs")[:3], ["0", "<1e-16", "1e-16"])
             self.assertEqual(load.bin_labels(edges["ulp_log2"], "ulp")[-1], ">=2^20")
+
+    def test_a_backward_case_is_reported_per_gradient(self):
+        from flashcheck_report import aggregate, load
+        records = load.read_records([self.path], [])
+        backward = [r for r in records if "pass=bwd" in r.get("problem", "") and r.get("verdict") in ("pass", "fail")]
+        self.assertTrue(backward)
+        groups = aggregate.accuracy(records)
+        for r in backward:
+            for tensor in ("dQ", "dK", "dV"):
+                g = groups[(r["subject"], r["dtype"], tensor)]
+                self.assertEqual(g["label"], f"{r['dtype']}, {tensor}")
+                self.assertTrue(g["hist"] and sum(g["hist"]) > 0, tensor)  # the gradient's own errors, binned
+                self.assertTrue(g["base_hist"] and sum(g["base_hist"]) > 0, tensor)
+        # The failing backward case counts in each gradient's group, its check named.
+        failed = next(r for r in backward if r["verdict"] == "fail")
+        for tensor in ("dQ", "dK", "dV"):
+            self.assertTrue(groups[(failed["subject"], failed["dtype"], tensor)]["failures"])
 
     def test_the_report_bins_by_the_edges_the_records_carry(self):
         import copy

@@ -92,8 +92,9 @@ TEST(Record, EveryJudgedCaseCarriesTheHistogramEdges) {
     ASSERT_EQ(j["histogram_edges"]["log10"].size(), edges.log10.size()) << name;
     EXPECT_EQ(j["histogram_edges"]["log10"].back(), "inf");
     EXPECT_EQ(j["histogram_edges"]["ulp_log2"].size(), edges.ulp_log2.size()) << name;
-    EXPECT_EQ(j["metrics"]["o"]["errors"]["histogram_log10"].size() + 1, j["histogram_edges"]["log10"].size());
-    EXPECT_EQ(j["metrics"]["o"]["errors"]["histogram_ulp_log2"].size() + 1, j["histogram_edges"]["ulp_log2"].size());
+    const nlohmann::json& errors = j.contains("gradients") ? j["gradients"]["dk"]["errors"] : j["metrics"]["o"]["errors"];
+    EXPECT_EQ(errors["histogram_log10"].size() + 1, j["histogram_edges"]["log10"].size());
+    EXPECT_EQ(errors["histogram_ulp_log2"].size() + 1, j["histogram_edges"]["ulp_log2"].size());
   }
 }
 
@@ -131,7 +132,7 @@ TEST(Record, WhatIsNotARecordIsRefusedWithTheFieldNamed) {
   expect_refused("{\"schema\": 4, \"verdict\": \"pass\"", "not JSON");
   expect_refused("[1, 2]", "not an object");
   expect_refused("{\"verdict\": \"pass\"}", "no 'schema'");
-  expect_refused("{\"schema\": 5, \"verdict\": \"crash\"}", "schema 5");
+  expect_refused("{\"schema\": 6, \"verdict\": \"crash\"}", "schema 6");
   expect_refused("{\"schema\": 4, \"verdict\": \"maybe\"}", "unknown verdict 'maybe'");
   expect_refused("{\"schema\": 4, \"verdict\": \"pass\", \"subject\": \"s\", \"problem\": \"p\"}", "no 'rule'");
   expect_refused("{\"schema\": 4, \"kind\": \"bench\", \"subject\": \"s\", \"problem\": \"p\", \"median_ms\": 1}",
@@ -141,10 +142,52 @@ TEST(Record, WhatIsNotARecordIsRefusedWithTheFieldNamed) {
   nlohmann::json j = std::get<CaseRecord>(record_samples().at(0).record);
   j["metrics"]["o"]["errors"]["histogram_log10"][3] = "many";
   expect_refused(j.dump(), "metrics.o.errors.histogram_log10[3]: not an integer");
+  // The same in a backward case's gradients.
+  for (const auto& [name, record] : record_samples())
+    if (name == "backward fail") {
+      j = std::get<CaseRecord>(record);
+      j["gradients"]["dk"]["errors"]["histogram_log10"][2] = "many";
+      expect_refused(j.dump(), "gradients.dk.errors.histogram_log10[2]: not an integer");
+      j = std::get<CaseRecord>(record);
+      j["gradients"].erase("dv");
+      expect_refused(j.dump(), "no 'dv'");
+    }
   // Counts binned with other edges cannot be read into this build's histograms.
   j = std::get<CaseRecord>(record_samples().at(0).record);
   j["histogram_edges"]["log10"][5] = 1.0;
   expect_refused(j.dump(), "histogram_edges.log10: edge 5");
+}
+
+TEST(Record, BackwardCasesCarryTheirGradientsBaselineAndPeer) {
+  bool seen_pass = false, seen_fail = false;
+  for (const auto& [name, record] : record_samples()) {
+    const auto* r = std::get_if<CaseRecord>(&record);
+    if (!r || !r->judged || !r->judged->gradients) continue;
+    SCOPED_TRACE(name);
+    const Judgement& d = *r->judged;
+    EXPECT_NE(r->problem.find("pass=bwd"), std::string::npos);
+    EXPECT_GT(d.gradients->dq.errors.count, 0);
+    EXPECT_GT(d.gradients->dk.errors.count, 0);
+    EXPECT_GT(d.gradients->dv.errors.count, 0);
+    EXPECT_GT(d.kv_rows_checked, 0);
+    ASSERT_TRUE(d.baseline.gradients);
+    EXPECT_GT(d.baseline.gradients->dq.errors.count, 0);
+    EXPECT_TRUE(d.gradient_condition);
+    EXPECT_EQ(d.metrics.o.errors.count, 0);  // a backward record has no forward metrics
+    const std::string line = dump_record(record);
+    EXPECT_EQ(line.find("\"metrics\""), std::string::npos) << line;
+    if (r->verdict == CaseVerdict::pass && d.peer) {
+      seen_pass = true;
+      ASSERT_TRUE(d.peer->gradients);
+      EXPECT_DOUBLE_EQ(d.peer->gradient_max_ratio, 1.0);  // the same arithmetic as the subject
+    }
+    if (r->verdict == CaseVerdict::fail) {
+      seen_fail = true;
+      EXPECT_NE(d.tolerance.rule.find("dq"), std::string::npos) << d.tolerance.rule;
+    }
+  }
+  EXPECT_TRUE(seen_pass);
+  EXPECT_TRUE(seen_fail);
 }
 
 TEST(Record, OlderSchemasStillRead) {

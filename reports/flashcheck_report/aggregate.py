@@ -7,7 +7,7 @@ import datetime
 import math
 import statistics
 
-from .load import BadInput, LEGACY_HISTOGRAM_EDGES, errors_of, histogram_edges, kind_of, num, problem_fields
+from .load import GRADIENTS, BadInput, LEGACY_HISTOGRAM_EDGES, errors_of, histogram_edges, kind_of, num, problem_fields
 
 # Thresholds of the baseline comparison, named here and printed in the report.
 SPEED_MIN_CHANGE = 0.05      # a slowdown below 5% is never flagged
@@ -43,71 +43,19 @@ def quantile_edge(histogram, edges, q):
 
 
 def accuracy(records):
-    """Per (subject, dtype): cases, verdicts, failures, merged histograms, pooled statistics."""
+    """Per (subject, dtype, tensor): cases, verdicts, failures, merged histograms,
+    pooled statistics. The tensor is O for forward cases; a backward case
+    (pass=bwd) counts in the groups of dQ, dK and dV, each with its own errors.
+    A case outside its domain or unavailable has no tensor of its own: its
+    problem line's pass says which groups it counts in."""
     groups = collections.OrderedDict()
-    for r in sorted((r for r in records if kind_of(r) == "case"), key=lambda r: (str(r.get("subject", "")), str(r.get("dtype", "")))):
-        key = (r.get("subject", "?"), r.get("dtype") or problem_fields(r.get("problem")).get("dtype", "?"))
-        g = groups.setdefault(key, dict(subject=key[0], dtype=key[1], cases=0, passes=0, unsupported=0, unavailable=0,
-                                         vacuous=0, deviations=0, deviated=[], on_sampled_rows=0,
-                                         every_row_unavailable=collections.Counter(),
-                                         failures=collections.Counter(), failed=[], worst=[], hist=None,
-                                         hist_edges=None, ulp=None, base_hist=None, base_ulp=None, peer_hist=None,
-                                         peer_ulp=None, max_abs=0.0, sq_sum=0.0, count=0, max_ulp=0.0, per_case=[],
-                                         versions=set(), edges=None))
-        verdict = r.get("verdict", "error")
-        if verdict == "unsupported":
-            g["unsupported"] += 1
-            continue
-        if verdict == "unavailable":  # the machine could not run it: neither a pass nor a failure
-            g["unavailable"] += 1
-            continue
-        g["cases"] += 1
-        if r.get("rows_basis") == "sampled":  # schema 3: the verdict rests on sampled rows
-            g["on_sampled_rows"] += 1
-            if r.get("every_row_unavailable"):
-                g["every_row_unavailable"][r["every_row_unavailable"]] += 1
-        if r.get("subject_version"):
-            g["versions"].add(r["subject_version"])
-        if verdict == "vacuous":  # nothing compared: counted apart, never a pass
-            g["vacuous"] += 1
-            continue
-        if verdict == "deviation":  # a limit the subject declares: counted and listed apart
-            g["deviations"] += 1
-            g["deviated"].append(dict(problem=r.get("problem", ""), reproducer=r.get("reproducer", ""),
-                                      message=r.get("deviation") or r.get("rule", "")))
-            continue
-        if verdict == "pass":
-            g["passes"] += 1
-        else:
-            check = r.get("check") or verdict
-            g["failures"][check] += 1
-            g["failed"].append(dict(check=check, problem=r.get("problem", ""), reproducer=r.get("reproducer", ""),
-                                    message=r.get("message") or r.get("rule", "")))
-        ratio = r.get("worst_ratio", (r.get("tolerance") or {}).get("worst_ratio"))
-        if ratio is not None:
-            g["worst"].append((num(ratio), r.get("problem", "")))
-        e = errors_of(r)
-        if e:
-            g["hist"] = add_into(g["hist"], e.get("histogram_log10"))
-            edges = histogram_edges(r)
-            if g["edges"] is None:
-                g["edges"], g["hist_edges"] = edges, edges["log10"]
-            elif edges != g["edges"]:  # counts of other bins cannot be added
-                raise BadInput(f"{r.get('_file', '?')}: a case of {key[0]} ({key[1]}) has histogram edges unlike "
-                               "the other cases' (records of another flashcheck version?): report them apart")
-            g["ulp"] = add_into(g["ulp"], e.get("histogram_ulp_log2"))
-            g["max_abs"] = max(g["max_abs"], num(e.get("max_abs")))
-            g["max_ulp"] = max(g["max_ulp"], num(e.get("max_ulp")))
-            n = int(num(e.get("count")))
-            g["sq_sum"] += num(e.get("rmse")) ** 2 * n
-            g["count"] += n
-            if num(e.get("ref_rms")) > 0 and math.isfinite(num(e.get("rmse"))):
-                g["per_case"].append((problem_fields(r.get("problem")), num(e.get("rmse")) / num(e.get("ref_rms"))))
-        for where, hist_key, ulp_key in (("baseline", "base_hist", "base_ulp"), ("peer", "peer_hist", "peer_ulp")):
-            b = errors_of(r, where)
-            if b:
-                g[hist_key] = add_into(g[hist_key], b.get("histogram_log10"))
-                g[ulp_key] = add_into(g[ulp_key], b.get("histogram_ulp_log2"))
+    def order(r):
+        return (str(r.get("subject", "")), str(r.get("dtype", "")),
+                problem_fields(r.get("problem")).get("pass", "fwd"))
+    for r in sorted((r for r in records if kind_of(r) == "case"), key=order):
+        backward = "gradients" in r or problem_fields(r.get("problem")).get("pass") == "bwd"
+        for tensor in (GRADIENTS if backward else ("O",)):
+            add_case(groups, r, tensor)
     for g in groups.values():
         g["worst"].sort(key=lambda t: -(t[0] if t[0] is not None else 0))
         g["rmse"] = math.sqrt(g["sq_sum"] / g["count"]) if g["count"] else None
@@ -120,6 +68,74 @@ def accuracy(records):
     return groups
 
 
+def add_case(groups, r, tensor):
+    """Adds one case to its (subject, dtype, tensor) group."""
+    key = (r.get("subject", "?"), r.get("dtype") or problem_fields(r.get("problem")).get("dtype", "?"), tensor)
+    label = key[1] if tensor == "O" else f"{key[1]}, {tensor}"
+    g = groups.setdefault(key, dict(subject=key[0], dtype=key[1], tensor=tensor, label=label, cases=0, passes=0,
+                                     unsupported=0, unavailable=0,
+                                     vacuous=0, deviations=0, deviated=[], on_sampled_rows=0,
+                                     every_row_unavailable=collections.Counter(),
+                                     failures=collections.Counter(), failed=[], worst=[], hist=None,
+                                     hist_edges=None, ulp=None, base_hist=None, base_ulp=None, peer_hist=None,
+                                     peer_ulp=None, max_abs=0.0, sq_sum=0.0, count=0, max_ulp=0.0, per_case=[],
+                                     versions=set(), edges=None))
+    verdict = r.get("verdict", "error")
+    if verdict == "unsupported":
+        g["unsupported"] += 1
+        return
+    if verdict == "unavailable":  # the machine could not run it: neither a pass nor a failure
+        g["unavailable"] += 1
+        return
+    g["cases"] += 1
+    if r.get("rows_basis") == "sampled":  # schema 3: the verdict rests on sampled rows
+        g["on_sampled_rows"] += 1
+        if r.get("every_row_unavailable"):
+            g["every_row_unavailable"][r["every_row_unavailable"]] += 1
+    if r.get("subject_version"):
+        g["versions"].add(r["subject_version"])
+    if verdict == "vacuous":  # nothing compared: counted apart, never a pass
+        g["vacuous"] += 1
+        return
+    if verdict == "deviation":  # a limit the subject declares: counted and listed apart
+        g["deviations"] += 1
+        g["deviated"].append(dict(problem=r.get("problem", ""), reproducer=r.get("reproducer", ""),
+                                  message=r.get("deviation") or r.get("rule", "")))
+        return
+    if verdict == "pass":
+        g["passes"] += 1
+    else:
+        check = r.get("check") or verdict
+        g["failures"][check] += 1
+        g["failed"].append(dict(check=check, problem=r.get("problem", ""), reproducer=r.get("reproducer", ""),
+                                message=r.get("message") or r.get("rule", "")))
+    ratio = r.get("worst_ratio", (r.get("tolerance") or {}).get("worst_ratio"))
+    if ratio is not None:
+        g["worst"].append((num(ratio), r.get("problem", "")))
+    e = errors_of(r, "metrics", tensor)
+    if e:
+        g["hist"] = add_into(g["hist"], e.get("histogram_log10"))
+        edges = histogram_edges(r)
+        if g["edges"] is None:
+            g["edges"], g["hist_edges"] = edges, edges["log10"]
+        elif edges != g["edges"]:  # counts of other bins cannot be added
+            raise BadInput(f"{r.get('_file', '?')}: a case of {key[0]} ({key[1]}) has histogram edges unlike "
+                           "the other cases' (records of another flashcheck version?): report them apart")
+        g["ulp"] = add_into(g["ulp"], e.get("histogram_ulp_log2"))
+        g["max_abs"] = max(g["max_abs"], num(e.get("max_abs")))
+        g["max_ulp"] = max(g["max_ulp"], num(e.get("max_ulp")))
+        n = int(num(e.get("count")))
+        g["sq_sum"] += num(e.get("rmse")) ** 2 * n
+        g["count"] += n
+        if num(e.get("ref_rms")) > 0 and math.isfinite(num(e.get("rmse"))):
+            g["per_case"].append((problem_fields(r.get("problem")), num(e.get("rmse")) / num(e.get("ref_rms"))))
+    for where, hist_key, ulp_key in (("baseline", "base_hist", "base_ulp"), ("peer", "peer_hist", "peer_ulp")):
+        b = errors_of(r, where, tensor)
+        if b:
+            g[hist_key] = add_into(g[hist_key], b.get("histogram_log10"))
+            g[ulp_key] = add_into(g[ulp_key], b.get("histogram_ulp_log2"))
+
+
 def group_warnings(groups):
     """What the accuracy groups say the reader should know: subject versions
     mixed, verdicts resting on sampled rows where every row was asked for."""
@@ -129,7 +145,7 @@ def group_warnings(groups):
             warnings.append(f"{g['subject']}: records from {len(g['versions'])} subject versions are mixed: "
                             f"{', '.join(sorted(g['versions']))}")
         for reason, count in g["every_row_unavailable"].items():
-            warnings.append(f"{g['subject']} ({g['dtype']}): {count} verdict(s) rest on sampled rows: the every-row "
+            warnings.append(f"{g['subject']} ({g['label']}): {count} verdict(s) rest on sampled rows: the every-row "
                             f"check was asked for and could not run ({reason})")
     return warnings
 
@@ -238,13 +254,14 @@ def summarise(groups, rows, ceilings, regressions, notes, warnings, inputs, base
         if not g["cases"]:
             continue  # every case outside its domain or unavailable: in the warnings below
         judged = g["cases"] - g["vacuous"] - g["deviations"]  # cases that compared something under the rule
-        subjects.append(dict(subject=g["subject"], dtype=g["dtype"], cases=g["cases"], passes=g["passes"],
+        subjects.append(dict(subject=g["subject"], dtype=g["dtype"], tensor=g["tensor"], label=g["label"],
+                             cases=g["cases"], passes=g["passes"],
                              pass_rate=g["passes"] / judged if judged else None, unsupported=g["unsupported"],
                              unavailable=g["unavailable"], vacuous=g["vacuous"], deviations=g["deviations"],
                              deviated=g["deviated"][:50], on_sampled_rows=g["on_sampled_rows"],
                              failures_by_check=dict(g["failures"]), failures=g["failed"][:50],
                              worst_ratios=[dict(ratio=r, problem=p) for r, p in g["worst"][:5]],
-                             o_abs_error=dict(p50_at_most=g["p50"], p99_at_most=g["p99"], p999_at_most=g["p999"],
+                             abs_error=dict(p50_at_most=g["p50"], p99_at_most=g["p99"], p999_at_most=g["p999"],
                                               max=g["max_abs"], rmse=g["rmse"], max_ulp=g["max_ulp"],
                                               relative_rmse_median=g["rel_rmse_median"],
                                               relative_rmse_max=g["rel_rmse_max"]),
@@ -255,12 +272,12 @@ def summarise(groups, rows, ceilings, regressions, notes, warnings, inputs, base
               "speed_vs_peer": r.get("speed_vs_peer", r.get("speed_vs_cudnn")),
               "peer_subject": r.get("peer_subject", "cudnn" if "speed_vs_cudnn" in r else None)}
              for r in sorted(rows, key=lambda r: (r["problem"], r["subject"]))]
-    unsupported_only = sorted(f"{g['subject']} ({g['dtype']})" for g in groups.values()
+    unsupported_only = sorted(f"{g['subject']} ({g['label']})" for g in groups.values()
                               if not g["cases"] and not g["unavailable"])
     if unsupported_only:
         warnings = warnings + [f"{len(unsupported_only)} subject/dtype pair(s) had only unsupported cases (outside "
                                f"their domain): {', '.join(unsupported_only)}"]
-    unavailable = sorted(f"{g['subject']} ({g['dtype']}, {g['unavailable']} case(s))" for g in groups.values()
+    unavailable = sorted(f"{g['subject']} ({g['label']}, {g['unavailable']} case(s))" for g in groups.values()
                          if g["unavailable"])
     if unavailable:
         warnings = warnings + [f"{len(unavailable)} subject/dtype pair(s) were unavailable on the machine that ran "

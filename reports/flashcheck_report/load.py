@@ -13,7 +13,7 @@ SCHEMA = 4  # core/record.hpp kRecordSchema
 # `rows_basis` (every or sampled rows) and `every_row_unavailable`. Schemas 1
 # to 3 lack `histogram_edges`: their histograms have the bins of
 # LEGACY_HISTOGRAM_EDGES. From schema 4 on, each judged case carries its edges.
-READABLE_SCHEMAS = (1, 2, 3, 4)
+READABLE_SCHEMAS = (1, 2, 3, 4, 5)
 LEGACY_HISTOGRAM_EDGES = dict(log10=[0.0, 0.0] + [10.0 ** (i - 16) for i in range(21)] + [math.inf],
                               ulp_log2=[0.0, 0.0] + [2.0 ** (i - 8) for i in range(29)] + [math.inf])
 
@@ -150,8 +150,23 @@ def kind_of(record):
     return record.get("kind") or ("case" if "verdict" in record else "other")
 
 
+GRADIENTS = ("dQ", "dK", "dV")
+
+
+def tensors_of(record):
+    """What a case compared: O for a forward case; dQ, dK and dV for a
+    backward one (schema 5: a problem with pass=bwd writes `gradients`)."""
+    return GRADIENTS if "gradients" in record else ("O",)
+
+
 def errors_of(record, where="metrics", tensor="o"):
+    """The error statistics of one tensor ("o", "lse"; "dQ", "dK", "dV" of a
+    backward case) of the subject (where="metrics"), the baseline or the peer."""
     try:
+        if tensor in GRADIENTS:
+            holder = record if where == "metrics" else record[where]
+            return holder["gradients"][tensor.lower()]["errors"]
+        tensor = tensor.lower()
         return record[where]["metrics"][tensor]["errors"] if where != "metrics" else record["metrics"][tensor]["errors"]
     except (KeyError, TypeError):
         return None

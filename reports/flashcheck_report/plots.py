@@ -51,7 +51,7 @@ def histogram_grid(groups, kind):
         ticks = list(range(0, len(labels), 4))
         ax.set_xticks(ticks)
         ax.set_xticklabels([labels[t] for t in ticks], fontsize=7, rotation=45)
-        ax.set_title(plain(f"{g['subject']} ({g['dtype']}, {g['cases']} cases)"), fontsize=9)
+        ax.set_title(plain(f"{g['subject']} ({g['label']}, {g['cases']} cases)"), fontsize=9)
         ax.set_ylabel("fraction of elements", fontsize=7)
         ax.tick_params(axis="y", labelsize=7)
     handles, labels = axes.flat[0].get_legend_handles_labels()
@@ -92,9 +92,9 @@ def drift_plots(groups):
     line per subject, one figure per dtype."""
     import matplotlib.pyplot as plt
     images = []
-    dtypes = sorted({g["dtype"] for g in groups.values() if g["per_case"]})
+    dtypes = sorted({g["label"] for g in groups.values() if g["per_case"]})
     for dtype in dtypes:
-        subjects = [g for g in groups.values() if g["dtype"] == dtype and len(g["per_case"]) >= 3]
+        subjects = [g for g in groups.values() if g["label"] == dtype and len(g["per_case"]) >= 3]
         if not subjects:
             continue
         figure, axes = plt.subplots(1, 4, figsize=(18, 3.6))

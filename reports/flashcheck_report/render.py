@@ -95,14 +95,14 @@ def markdown(summary, title):
         out.append(f"> warning: {w}")
     if summary["warnings"]:
         out.append("")
-    out += ["| subject | dtype | cases | pass rate | failures by check | vacuous | deviations | worst ratio | "
-            "O p99 abs err ≤ | O rel. RMSE (median) |",
+    out += ["| subject | dtype, tensor (O; dQ, dK, dV for pass=bwd) | cases | pass rate | failures by check | vacuous | deviations | worst ratio | "
+            "p99 abs err ≤ | rel. RMSE (median) |",
             "|---|---|---:|---:|---|---:|---:|---:|---:|---:|"]
     for s in summary["subjects"]:
         rate = f"{100 * s['pass_rate']:.1f}%" if s["pass_rate"] is not None else "-"
-        out.append(f"| {s['subject']} | {s['dtype']} | {s['cases']} | {rate} | {failures_by_check(s)} | {s['vacuous']} | "
+        out.append(f"| {s['subject']} | {s['label']} | {s['cases']} | {rate} | {failures_by_check(s)} | {s['vacuous']} | "
                    f"{s['deviations']} | {fmt_float(worst_ratio(s), '.2f')} | "
-                   f"{fmt_float(s['o_abs_error']['p99_at_most'], '.0e')} | {fmt_float(s['o_abs_error']['relative_rmse_median'])} |")
+                   f"{fmt_float(s['abs_error']['p99_at_most'], '.0e')} | {fmt_float(s['abs_error']['relative_rmse_median'])} |")
     if summary["bench"]:
         c = summary["ceilings"] or {}
         out += ["", f"Speed on {c.get('device', '?')}: bf16 GEMM {fmt_float(c.get('gemm_bf16_tflops'), '.0f')} TFLOP/s, "

@@ -117,6 +117,7 @@ struct GradientMetrics {
   TensorMetrics dq, dk, dv;
   std::int64_t q_rows_compared = 0;   // valid query rows, over batch and query heads
   std::int64_t kv_rows_compared = 0;  // valid key rows, over batch and K/V heads
+  friend bool operator==(const GradientMetrics&, const GradientMetrics&) = default;
 };
 
 /// Compares a subject's gradients with the reference on the rows both hold

@@ -31,8 +31,12 @@ namespace flashcheck {
 /// asked for and could not be checked, `every_row_unavailable` (why).
 /// 4: the histogram bin edges inside every judged case (`histogram_edges`),
 /// the verdict and status `fault`, `magnitude_count` and the whole logit
-/// condition; every record is written by core/record.cpp.
-inline constexpr int kRecordSchema = 4;
+/// condition; every record is written by core/record.cpp. 5: backward cases
+/// (a problem line with pass=bwd) write `gradients` (dQ, dK, dV: each as `o`
+/// is written), `kv_rows_checked` and `gradient_condition` instead of
+/// `metrics` and `logit_condition`, and their baseline and peer `gradients`
+/// (the peer with `gradient_max_ratio`, `gradient_rmse_ratio`).
+inline constexpr int kRecordSchema = 5;
 inline constexpr int kOldestReadableRecordSchema = 1;
 
 /// A record that cannot be read: not JSON, not an object, a schema this build
@@ -79,7 +83,8 @@ struct CaseTiming {
 struct BaselineRecord {
   std::string name;  // "cpu_lowp"
   DType dtype = DType::f32;
-  CaseMetrics metrics;
+  CaseMetrics metrics;                       // pass=fwd
+  std::optional<GradientMetrics> gradients;  // pass=bwd (schema >= 5)
   friend bool operator==(const BaselineRecord&, const BaselineRecord&) = default;
 };
 
@@ -88,6 +93,9 @@ struct PeerRecord {
   std::string name, version;
   CaseMetrics metrics;
   double o_max_ratio = 0, o_rmse_ratio = 0;
+  // pass=bwd (schema >= 5): the peer's gradients, and the subject's worst ratio over dQ, dK and dV.
+  std::optional<GradientMetrics> gradients;
+  double gradient_max_ratio = 0, gradient_rmse_ratio = 0;
   friend bool operator==(const PeerRecord&, const PeerRecord&) = default;
 };
 
@@ -100,7 +108,13 @@ struct Judgement {
   std::optional<RowsBasis> rows_basis;  // schema >= 3
   std::string every_row_unavailable;  // every row asked for and not checkable here: why (empty: absent)
   std::string deviation;              // verdict deviation: the declared limit (empty: absent)
-  CaseMetrics metrics;                // subject vs the f64 oracle
+  CaseMetrics metrics;                // subject vs the f64 oracle (pass=fwd; written as `metrics`)
+  // pass=bwd (schema >= 5), written instead of `metrics`: the subject's
+  // gradients vs the f64 gradient oracle, dQ on rows_checked query rows and dK,
+  // dV on kv_rows_checked key rows, and the terms of the gradients' floor.
+  std::optional<GradientMetrics> gradients;
+  std::int64_t kv_rows_checked = 0;
+  std::optional<GradientCondition> gradient_condition;
   BaselineRecord baseline;
   Verdict tolerance;
   std::optional<PeerRecord> peer;
@@ -194,6 +208,8 @@ std::int64_t record_time_now();
 void to_json(nlohmann::json& j, const ErrorStats& stats);
 void to_json(nlohmann::json& j, const TensorMetrics& metrics);
 void to_json(nlohmann::json& j, const CaseMetrics& metrics);
+void to_json(nlohmann::json& j, const GradientMetrics& metrics);
+void to_json(nlohmann::json& j, const GradientCondition& condition);
 void to_json(nlohmann::json& j, const Verdict& verdict);
 void to_json(nlohmann::json& j, const LogitCondition& condition);
 void to_json(nlohmann::json& j, const CaseRecord& record);

@@ -229,6 +229,7 @@ inline constexpr double kGradientBaselineFactor = 2.0;
 ///   CPU subjects before the rule is trusted (see the closing note of issue 22).
 struct GradientCondition {
   double dq_terms = 1, dkv_terms = 1;
+  friend bool operator==(const GradientCondition&, const GradientCondition&) = default;
 };
 
 /// The terms each gradient element of a problem sums, from its masks and lengths.

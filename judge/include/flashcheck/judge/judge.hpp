@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "flashcheck/core/backward.hpp"
 #include "flashcheck/core/metrics.hpp"
 #include "flashcheck/core/record.hpp"
 #include "flashcheck/core/subject.hpp"
@@ -57,6 +58,9 @@ struct PeerResult {
   std::string name, version;
   CaseMetrics metrics;
   double o_max_ratio = 0, o_rmse_ratio = 0;  // err(subject) / err(peer)
+  // pass=bwd: the peer's gradients, and the largest ratio over dQ, dK and dV.
+  std::optional<GradientMetrics> gradients;
+  double gradient_max_ratio = 0, gradient_rmse_ratio = 0;
 };
 
 /// The verdict of a case that ran (CaseResult::status ok).
@@ -90,11 +94,23 @@ struct CaseResult {
   double subject_reported_ms = std::numeric_limits<double>::quiet_NaN();  // the subject's own time (RunResult::time_ms)
   Outputs outputs;                  // with JudgeOptions::keep_outputs
   AttentionRows reference;          // with JudgeOptions::keep_outputs
+  // pass=bwd: dQ is compared on `rows`, dK and dV on `kv_rows`, with the rule
+  // of decide_gradients (subject_metrics, baseline_metrics and condition stay
+  // empty).
+  RowSet kv_rows;
+  GradientMetrics subject_gradients, baseline_gradients;
+  GradientCondition gradient_condition;
+  Gradients gradients;              // pass=bwd with JudgeOptions::keep_outputs
+  GradientRows gradient_reference;  // pass=bwd with JudgeOptions::keep_outputs
 
   bool ran() const { return status == Status::ok; }
+  bool backward() const { return problem.pass == Pass::bwd; }
   /// Whether the verdict rests on every query row (the sample was every row,
-  /// or the every-row judgement ran) rather than on sampled rows.
-  bool on_every_row() const { return rows.size() == problem.seqlen_q; }
+  /// or the every-row judgement ran) rather than on sampled rows; for pass=bwd
+  /// also on every key row.
+  bool on_every_row() const {
+    return rows.size() == problem.seqlen_q && (!backward() || kv_rows.size() == problem.seqlen_kv);
+  }
   /// Ran and passed with something compared (vacuous and deviation are not passes).
   bool passed() const { return ran() && verdict_kind == VerdictKind::pass; }
   /// Ran and failed the rule with no declared limit to explain it.
@@ -116,8 +132,17 @@ std::string replay_command(std::string_view subject, const Problem& problem);
 
 /// Judges one case. Throws BadInput for an invalid problem.
 CaseResult judge(Subject& subject, const Problem& problem, const JudgeOptions& options = {});
-/// Judges one case on given inputs (transformed inputs for metamorphic checks).
+/// Judges one case on given inputs (transformed inputs for metamorphic checks);
+/// a pass=bwd problem draws its dO (generate_dout).
 CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs, const JudgeOptions& options = {});
+/// Judges one backward case (Problem::pass = bwd) on given inputs and dO:
+/// hands the subject the oracle's O and LSE (backward_outputs), runs its
+/// backward, and compares dQ on sampled query rows and dK, dV on sampled key
+/// rows (max_rows of each, every row when there are at most that many) with
+/// cpu_f64's gradients, under decide_gradients with cpu_lowp's gradients as
+/// the baseline. Throws BadInput for an invalid problem or a forward one.
+CaseResult judge_backward(Subject& subject, const Problem& problem, const Inputs& inputs, const HostTensor& dout,
+                          const JudgeOptions& options = {});
 
 /// A failed case explained: the problem line, the rule that decided, the
 /// first element over the bound, the worst element, the share over the bound,
