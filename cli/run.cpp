@@ -62,6 +62,10 @@ void print_backward_case(const CaseResult& r) {
   const std::int64_t differ =
       r.subject_gradients.dq.census.mismatches + r.subject_gradients.dk.census.mismatches + r.subject_gradients.dv.census.mismatches;
   fmt::print("  NaN/Inf census: {}\n", differ == 0 ? "agrees" : fmt::format("{} position(s) differ", differ));
+  if (r.reruns > 0)
+    fmt::print("  reruns: {} more backward run(s), {}\n", r.reruns,
+               r.rerun_spread == 0 ? std::string("each bitwise the first")
+                                   : fmt::format("largest difference from the first {:.3e}", r.rerun_spread));
   if (r.peer && r.peer->gradients)
     fmt::print("  vs {} (same inputs): err(subject)/err({}) = {:.2f} (max), {:.2f} (rmse), worst of dQ, dK, dV; {}\n",
                r.peer->name, r.peer->name, r.peer->gradient_max_ratio, r.peer->gradient_rmse_ratio, r.peer->version);

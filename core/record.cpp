@@ -208,6 +208,8 @@ void to_json(json& j, const CaseRecord& r) {
       j["gradients"] = *d.gradients;
       j["kv_rows_checked"] = d.kv_rows_checked;
       if (d.gradient_condition) j["gradient_condition"] = *d.gradient_condition;
+      put(j, "reruns", d.reruns);
+      if (d.rerun_spread) j["rerun_spread"] = number(*d.rerun_spread);
     } else {
       j["metrics"] = d.metrics;
     }
@@ -601,6 +603,8 @@ void from_json(const json& j, CaseRecord& r) {
         condition.dkv_terms = optional_real(*c, "dkv_terms", "gradient_condition").value_or(1.0);
         d.gradient_condition = condition;
       }
+      d.reruns = optional_small_integer(j, "reruns", "");
+      d.rerun_spread = optional_real(j, "rerun_spread", "");
     } else {
       d.metrics = read_case_metrics(need(j, "metrics", ""), "metrics");
     }

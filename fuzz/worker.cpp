@@ -28,6 +28,7 @@ std::string failed_check(const CaseResult& r) {
   if (!r.verdict.census_pass) return "nan_inf_census";
   for (const RuleCheck& check : r.verdict.checks)
     if (!check.pass) return check.metric;
+  if (r.verdict.rule.starts_with("determinism")) return "determinism";
   return "rule";
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <tuple>
 
 #include "flashcheck/core/record.hpp"
@@ -280,6 +281,84 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
   return result;
 }
 
+namespace {
+
+// The first element where two tensors differ bitwise (NaNs of the same bits
+// equal), as (b, h, row, column), or nothing.
+std::optional<Position> first_bitwise_difference(const HostTensor& a, const HostTensor& b) {
+  const std::int64_t width = storage_bytes(a.dtype());
+  const auto* x = static_cast<const unsigned char*>(a.data());
+  const auto* y = static_cast<const unsigned char*>(b.data());
+  for (std::int64_t n = 0; n < a.size(); ++n)
+    if (std::memcmp(x + n * width, y + n * width, width) != 0) {
+      for (std::int64_t bb = 0; bb < a.batch(); ++bb)
+        for (std::int64_t h = 0; h < a.heads(); ++h)
+          for (std::int64_t s = 0; s < a.seqlen(); ++s)
+            for (std::int64_t c = 0; c < a.dim(); ++c)
+              if (!(a.get(bb, h, s, c) == b.get(bb, h, s, c)) &&
+                  !(std::isnan(a.get(bb, h, s, c)) && std::isnan(b.get(bb, h, s, c))))
+                return Position{bb, h, s, c};
+      return Position{};  // the bits differ, the values not (NaN payloads, -0 and +0)
+    }
+  return std::nullopt;
+}
+
+double largest_difference(const HostTensor& a, const HostTensor& b) {
+  double largest = 0;
+  for (std::int64_t n = 0; n < a.size(); ++n) {
+    const double d = std::abs(a.load(n) - b.load(n));
+    if (std::isfinite(d)) largest = std::max(largest, d);
+  }
+  return largest;
+}
+
+// The backward's reruns (JudgeOptions::backward_reruns): a subject declared
+// deterministic must repeat its first run bit for bit; any other has each
+// rerun judged by the rule as the first run was, and its spread recorded.
+void rerun_backward(Subject& subject, const Problem& problem, const BackwardInputs& handed, const Gradients& first,
+                    const GradientRows& reference, int reruns, CaseResult& result) {
+  const bool deterministic = subject.capabilities().backward_deterministic;
+  for (int k = 1; k <= reruns && result.verdict.pass; ++k) {
+    const BackwardResult again = subject.run_backward(problem, handed);
+    ++result.reruns;
+    if (again.status != Status::ok) {
+      result.verdict.pass = false;
+      result.verdict.rule = fmt::format("rerun {} of the backward returned {}: {}", k, to_string(again.status), again.message);
+      return;
+    }
+    const std::tuple<const char*, const HostTensor*, const HostTensor*> pairs[] = {
+        {"dQ", &first.dq, &again.gradients.dq}, {"dK", &first.dk, &again.gradients.dk}, {"dV", &first.dv, &again.gradients.dv}};
+    for (const auto& [name, a, b] : pairs) {
+      result.rerun_spread = std::max(result.rerun_spread, largest_difference(*a, *b));
+      if (!deterministic) continue;
+      if (const auto at = first_bitwise_difference(*a, *b)) {
+        result.verdict.pass = false;
+        result.verdict.rule = fmt::format(
+            "determinism: the subject declares a deterministic backward, and rerun {} differs bitwise from the first "
+            "run in {} at (b={}, h={}, row={}, col={})", k, name, at->b, at->h, at->row, at->column);
+        if (at->b >= 0)
+          result.verdict.rule += fmt::format(": {:.9g} then {:.9g}", a->get(at->b, at->h, at->row, at->column),
+                                             b->get(at->b, at->h, at->row, at->column));
+        return;
+      }
+    }
+    if (!deterministic) {
+      const GradientMetrics metrics = compare_gradients(
+          problem, gather_gradients(problem, again.gradients, result.rows, result.kv_rows), reference, problem.dtype);
+      const Verdict verdict =
+          decide_gradients(metrics, result.baseline_gradients, problem.dtype, result.gradient_condition);
+      if (!verdict.pass) {
+        result.verdict = verdict;
+        result.verdict.rule = fmt::format("rerun {} of a non-deterministic backward: {}", k, verdict.rule);
+        result.subject_gradients = metrics;
+        return;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 CaseResult judge_backward(Subject& subject, const Problem& problem, const Inputs& inputs, const HostTensor& dout,
                           const JudgeOptions& options) {
   validate(problem);
@@ -333,6 +412,7 @@ CaseResult judge_backward(Subject& subject, const Problem& problem, const Inputs
   result.verdict = decide_gradients(result.subject_gradients, result.baseline_gradients, problem.dtype,
                                     result.gradient_condition);
   result.rows_visible = visible_compared_rows(problem, result.rows);
+  rerun_backward(subject, problem, handed, run.gradients, reference, options.backward_reruns, result);
   set_verdict_kind(result, compared_gradients(result), declared_deviation(caps, problem, max_abs_finite(inputs.v)));
 
   // The peer's backward on the same inputs, for half-precision problems.
@@ -458,6 +538,8 @@ CaseRecord to_record(const CaseResult& r) {
     judged.gradients = r.subject_gradients;
     judged.baseline = {"cpu_lowp", r.baseline_dtype, {}, r.baseline_gradients};
     judged.gradient_condition = r.gradient_condition;
+    judged.reruns = r.reruns;
+    judged.rerun_spread = r.rerun_spread;
     if (r.peer)
       judged.peer = PeerRecord{r.peer->name, r.peer->version, {}, 0, 0, r.peer->gradients, r.peer->gradient_max_ratio,
                                r.peer->gradient_rmse_ratio};

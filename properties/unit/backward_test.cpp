@@ -149,14 +149,16 @@ TEST(Backward, EveryBackwardMutantFailsTheRuleWhereItsFlawShows) {
 
 // Until the judge compares gradients, a backward problem is refused with one
 // line naming the field, never judged as a forward one.
-TEST(Backward, TheJudgeRefusesABackwardProblemInsteadOfJudgingItsForward) {
-  CpuPlain plain;
-  try {
-    judge(plain, backward_problem("b=1 hq=1 sq=4 skv=4 d=8 dtype=f16 pass=bwd"));
-    FAIL() << "judged";
-  } catch (const BadInput& error) {
-    EXPECT_EQ(error.field(), "pass");
-  }
+TEST(Backward, TheJudgeJudgesTheGradientsNotTheForward) {
+  // A backward whose forward is textbook but whose dS misses the scale: the
+  // judge's verdict on pass=bwd is the gradients' (judge_backward_test.cpp
+  // has the judge's other behaviour).
+  CpuPlain flawed("flawed", "dS without the scale", PlainFlaw::bwd_scale_missing_in_ds);
+  const CaseResult r = judge(flawed, backward_problem("b=1 hq=2 sq=16 skv=16 d=16 dtype=f16 pass=bwd"));
+  ASSERT_TRUE(r.ran()) << r.message;
+  EXPECT_TRUE(r.failed());
+  EXPECT_NE(r.verdict.rule.find("dq"), std::string::npos) << r.verdict.rule;
+  EXPECT_TRUE(judge(flawed, backward_problem("b=1 hq=2 sq=16 skv=16 d=16 dtype=f16")).passed());
 }
 
 }  // namespace

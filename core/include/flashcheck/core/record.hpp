@@ -115,6 +115,8 @@ struct Judgement {
   std::optional<GradientMetrics> gradients;
   std::int64_t kv_rows_checked = 0;
   std::optional<GradientCondition> gradient_condition;
+  std::optional<int> reruns;            // pass=bwd: the backward's reruns (JudgeOptions::backward_reruns)
+  std::optional<double> rerun_spread;   // pass=bwd: the largest |difference| of a rerun from the first run
   BaselineRecord baseline;
   Verdict tolerance;
   std::optional<PeerRecord> peer;

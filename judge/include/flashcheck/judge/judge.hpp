@@ -51,6 +51,11 @@ struct JudgeOptions {
   EveryRow every_row = EveryRow::off;
   /// The oracle and the baseline from here instead of computed. Not owned; null for none.
   ReferenceSource* references = nullptr;
+  /// pass=bwd: the backward runs this many more times on the same inputs. A
+  /// subject that declares Capabilities::backward_deterministic fails unless
+  /// every rerun is bitwise the first run; any other has each rerun judged by
+  /// the rule too, and the spread of its reruns recorded.
+  int backward_reruns = 1;
 };
 
 /// The peer baseline's errors on the same case, against the same oracle.
@@ -100,6 +105,10 @@ struct CaseResult {
   RowSet kv_rows;
   GradientMetrics subject_gradients, baseline_gradients;
   GradientCondition gradient_condition;
+  /// pass=bwd with reruns: the largest |difference| between a rerun's and the
+  /// first run's gradients (0 for bitwise repeatable), over dQ, dK and dV.
+  double rerun_spread = 0;
+  int reruns = 0;
   Gradients gradients;              // pass=bwd with JudgeOptions::keep_outputs
   GradientRows gradient_reference;  // pass=bwd with JudgeOptions::keep_outputs
 
