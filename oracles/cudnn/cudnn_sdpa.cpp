@@ -55,6 +55,8 @@
 // frontend then takes its dP-workspace path (dQ = dS K as one GEMM, no atomic
 // dQ accumulator; workspace b * hq * sq * skv * 2 bytes), on Blackwell (cuDNN
 // 9.18+) its deterministic engine; the determinism test holds it to every bit.
+// A workspace larger than the device's free memory is refused (unsupported,
+// with its size), for either pass.
 // The backward's head dims are narrower than the forward's and are cuDNN's to
 // refuse at launch (frontend 1.32, CompositeSDPABackwardNode): d and dv <= 256
 // on Hopper, <= 128 on Ampere/Ada, on Blackwell <= 128 or (192, 128) or (256,
@@ -666,16 +668,33 @@ class CudnnSdpa final : public gpu::GpuSubject {
 
   fe::error_t execute(const CachedGraph& cached, std::unordered_map<std::int64_t, void*>& pack,
                       const gpu::CallSite& site) {
-    if (workspace_.bytes() < static_cast<std::size_t>(cached.workspace_bytes))
-      workspace_ = gpu::DeviceBuffer(static_cast<std::size_t>(cached.workspace_bytes), site);
+    const auto needed_bytes = static_cast<std::size_t>(cached.workspace_bytes);
+    if (workspace_.bytes() < needed_bytes) {
+      workspace_ = gpu::DeviceBuffer();  // the smaller one freed first
+      // A workspace the device cannot hold (the deterministic backward's is
+      // b * hq * sq * skv * 2 bytes on Hopper) is a refusal with its size, not
+      // a failed allocation.
+      std::size_t free_bytes = 0, total_bytes = 0;
+      if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess && needed_bytes > free_bytes)
+        throw gpu::Unsupported(fmt::format("cuDNN's graph needs a workspace of {:.2f} GiB; the device has {:.2f} GiB "
+                                           "free of {:.2f} GiB",
+                                           static_cast<double>(needed_bytes) / (1 << 30),
+                                           static_cast<double>(free_bytes) / (1 << 30),
+                                           static_cast<double>(total_bytes) / (1 << 30)));
+      workspace_ = gpu::DeviceBuffer(needed_bytes, site);
+    }
     return cached.graph->execute(handle_, pack, workspace_.get());
   }
 
   void launch(const Problem& p, const gpu::AttentionArgs& a, const gpu::CallSite& site) override {
     if (p.seqlen_q == 0 || p.seqlen_kv == 0)
       throw gpu::Unsupported("cuDNN SDPA takes no empty sequence dimension");
+    // The forward's graph whatever pass the problem names (a pass=bwd
+    // problem's forward is the same call).
+    Problem forward = p;
+    forward.pass = Pass::fwd;
     std::lock_guard<std::mutex> lock(mutex_);
-    run_graph(p, a, variant_pack(p, a), site);
+    run_graph(forward, a, variant_pack(forward, a), site);
   }
 
   // Runs the graph of a geometry (either pass; built, or read from its plan
