@@ -22,6 +22,7 @@
 #include "flashcheck/core/subject.hpp"
 #include "flashcheck/core/tolerance.hpp"
 #include "flashcheck/core/values.hpp"
+#include "flashcheck/judge/judge.hpp"
 #include "flashcheck/oracles/cpu_f64.hpp"
 #include "flashcheck/oracles/cpu_f64_backward.hpp"
 #include "flashcheck/oracles/cpu_lowp.hpp"
@@ -91,8 +92,9 @@ std::vector<std::pair<std::int64_t, std::int64_t>> rows_seeing_no_key(const Prob
 // A problem whose second batch entry has 40 query rows and 24 keys, bottom-right
 // aligned: its rows 0..15 see no key (the padded lengths keep sq <= skv, as
 // cuDNN's bottom-right masks need).
-constexpr const char* kFullyMaskedLine =
-    "b=2 hq=2 sq=48 skv=64 lens_q=48,40 lens_kv=64,24 d=64 dtype=bf16 mask=causal_br pass=bwd dseed=6";
+constexpr const char* kFullyMaskedForward =
+    "b=2 hq=2 sq=48 skv=64 lens_q=48,40 lens_kv=64,24 d=64 dtype=bf16 mask=causal_br dseed=6";
+const std::string kFullyMaskedLine = std::string(kFullyMaskedForward) + " pass=bwd";
 
 TEST(GpuCudnnBackward, GradientsPassTheBackwardRuleAgainstTheF64Oracle) {
   std::string why;
@@ -107,7 +109,7 @@ TEST(GpuCudnnBackward, GradientsPassTheBackwardRuleAgainstTheF64Oracle) {
       "b=1 hq=8 hkv=2 sq=150 skv=200 d=128 dtype=f16 mask=window window=20,0 pass=bwd dseed=4",
       "b=3 hq=4 hkv=2 sq=64 skv=80 lens_q=64,33,7 lens_kv=80,50,9 d=64 dtype=f16 mask=causal_tl layout=bshd "
       "pass=bwd dseed=5",
-      kFullyMaskedLine,
+      kFullyMaskedLine.c_str(),
       "b=1 hq=4 hkv=1 sq=64 skv=64 d=128 dtype=bf16 mask=window window=8,4 layout=bshd pass=bwd dout=normal(0,3) "
       "dseed=7",
       "b=2 hq=2 sq=70 skv=90 lens_q=70,31 lens_kv=90,77 d=128 dtype=bf16 mask=none pass=bwd dseed=8",
@@ -141,6 +143,11 @@ TEST(GpuCudnnBackward, RowsThatSeeNoKeyHaveZeroGradientsAndAddNothing) {
   const Judged j = judge_backward(*cudnn, p, in);
   ASSERT_EQ(j.run.status, Status::ok) << j.run.message;
   EXPECT_TRUE(j.verdict.pass) << j.verdict.rule;
+  // cuDNN's own forward on those rows: O = 0 and LSE = -inf, as the judge
+  // hands them (the forward's rule checks the -inf position by position).
+  const CaseResult forward = judge(*cudnn, parse_problem(kFullyMaskedForward));
+  ASSERT_EQ(forward.status, Status::ok) << explain(forward);
+  EXPECT_TRUE(forward.passed()) << explain(forward);
   std::int64_t nonzero = 0;
   for (const auto& [b, i] : empty_rows)
     for (std::int64_t h = 0; h < p.heads_q; ++h)
