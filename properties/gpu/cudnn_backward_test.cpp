@@ -96,6 +96,38 @@ constexpr const char* kFullyMaskedForward =
     "b=2 hq=2 sq=48 skv=64 lens_q=48,40 lens_kv=64,24 d=64 dtype=bf16 mask=causal_br dseed=6";
 const std::string kFullyMaskedLine = std::string(kFullyMaskedForward) + " pass=bwd";
 
+// The domain check comes first, on any machine: outside it nothing runs.
+// Then a machine without a usable GPU is `unavailable`, never ok.
+TEST(CudnnBackward, OutsideTheDomainIsRefusedAndNoGpuIsUnavailable) {
+  Subject* cudnn = Registry::instance().find("cudnn");
+  ASSERT_NE(cudnn, nullptr);
+  EXPECT_TRUE(cudnn->capabilities().backward);
+  EXPECT_TRUE(cudnn->capabilities().backward_deterministic);
+  for (const char* outside : {
+           "b=1 hq=2 sq=16 skv=16 d=64 dtype=f32 pass=bwd",                    // f32
+           "b=1 hq=2 sq=16 skv=16 d=48 dtype=bf16 pass=bwd",                   // d = 48
+           "b=1 hq=2 sq=16 skv=16 d=64 dv=32 dtype=bf16 pass=bwd",             // dv != d
+           "b=1 hq=2 sq=32 skv=16 d=64 dtype=f16 mask=causal_br pass=bwd",     // bottom-right with sq > skv
+           "b=2 hq=2 sq=16 skv=16 lens_q=16,0 lens_kv=16,8 d=64 dtype=f16 pass=bwd",  // an empty sequence
+       }) {
+    SCOPED_TRACE(outside);
+    const Problem p = parse_problem(outside);
+    const BackwardResult r = cudnn->run_backward(p, hand_over(p));
+    EXPECT_EQ(r.status, Status::unsupported) << r.message;
+    EXPECT_FALSE(r.message.empty());
+  }
+  const Problem p = parse_problem("b=1 hq=2 sq=16 skv=16 d=64 dtype=bf16 mask=causal_tl pass=bwd");
+  const BackwardResult r = cudnn->run_backward(p, hand_over(p));
+  std::string why;
+  if (cudnn_here(&why)) {
+    EXPECT_EQ(r.status, Status::ok) << r.message;
+  } else {
+    EXPECT_EQ(r.status, Status::unavailable) << r.message;
+    EXPECT_FALSE(r.message.empty());
+    std::printf("without a GPU: %s\n", r.message.c_str());
+  }
+}
+
 TEST(GpuCudnnBackward, GradientsPassTheBackwardRuleAgainstTheF64Oracle) {
   std::string why;
   Subject* cudnn = cudnn_here(&why);
