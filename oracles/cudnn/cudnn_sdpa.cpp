@@ -142,9 +142,10 @@ constexpr Capabilities kCapabilities = {
     .backward_deterministic = true,  // set_deterministic_algorithm(true) on every backward graph
     .known_deviations = "masked keys' non-finite values leak into O (0 x NaN); subnormal inputs may be flushed to zero; "
                         "bottom-right alignment (causal_br, window) with max seqlen_q > seqlen_kv is refused, and so "
-                        "outside the domain (rows that see no key, padding or a sequence with more queries than keys, get "
-                        "O = 0 and LSE = -inf as flashcheck's convention); the backward's head dims are cuDNN's per architecture (d, dv <= 256 on "
-                        "Hopper, <= 128 on Ampere), the others refused at launch",
+                        "outside the domain (rows that see no key, padding or a sequence with more queries than "
+                        "keys, get O = 0 and LSE = -inf as flashcheck's convention); the backward's head dims are "
+                        "cuDNN's per architecture (d, dv <= 256 on Hopper, <= 128 on Ampere), the others refused at "
+                        "launch",
 };
 
 struct CachedGraph {
