@@ -66,8 +66,9 @@ struct Judged {
   GradientMetrics subject, baseline;
 };
 
-// The backward rule on every row, as the judge applies it.
-Judged judge_backward(Subject& subject, const Problem& p, const BackwardInputs& in) {
+// The backward rule on every row, as the judge's judge_backward applies it
+// (written out here, so that the test reads the same before and after it).
+Judged judge_gradients(Subject& subject, const Problem& p, const BackwardInputs& in) {
   Judged j;
   j.run = subject.run_backward(p, in);
   if (j.run.status != Status::ok) return j;
@@ -150,7 +151,7 @@ TEST(GpuCudnnBackward, GradientsPassTheBackwardRuleAgainstTheF64Oracle) {
     SCOPED_TRACE(line);
     const Problem p = parse_problem(line);
     const BackwardInputs in = hand_over(p);
-    const Judged j = judge_backward(*cudnn, p, in);
+    const Judged j = judge_gradients(*cudnn, p, in);
     ASSERT_EQ(j.run.status, Status::ok) << j.run.message;
     EXPECT_TRUE(j.verdict.pass) << j.verdict.rule;
     // Not vacuous: rows compared, and gradients of some size in every tensor.
@@ -172,7 +173,7 @@ TEST(GpuCudnnBackward, RowsThatSeeNoKeyHaveZeroGradientsAndAddNothing) {
   const BackwardInputs in = hand_over(p);
   for (const auto& [b, i] : empty_rows)
     ASSERT_EQ(in.forward.lse[(b * p.heads_q) * p.seqlen_q + i], -INFINITY) << "the judge hands -inf there";
-  const Judged j = judge_backward(*cudnn, p, in);
+  const Judged j = judge_gradients(*cudnn, p, in);
   ASSERT_EQ(j.run.status, Status::ok) << j.run.message;
   EXPECT_TRUE(j.verdict.pass) << j.verdict.rule;
   // cuDNN's own forward on those rows: O = 0 and LSE = -inf, as the judge
