@@ -45,6 +45,30 @@
 // compiling it. A plan file cuDNN will not load is rebuilt and rewritten, with
 // the reason counted. The first run on a machine compiles; later runs of the
 // same build (and of any build with the same cuDNN, frontend and GPU) do not.
+//
+// The backward (pass=bwd): the frontend's sdpa_backward on Q, K, V, O, dO and
+// Stats, the judge's O and LSE (core/backward.hpp) handed as they are, with
+// the forward's masks, padding, layouts and dtypes, and through the same graph
+// caches, plan files and dynamic-shape fallback (a pass's graphs are keyed
+// apart: the geometry and the topology name the pass). cuDNN sums dK and dV
+// over a GQA group itself. set_deterministic_algorithm(true): on Hopper the
+// frontend then takes its dP-workspace path (dQ = dS K as one GEMM, no atomic
+// dQ accumulator; workspace b * hq * sq * skv * 2 bytes), on Blackwell (cuDNN
+// 9.18+) its deterministic engine; the determinism test holds it to every bit.
+// A workspace larger than the device's free memory is refused (unsupported,
+// with its size), for either pass.
+// The backward's head dims are narrower than the forward's and are cuDNN's to
+// refuse at launch (frontend 1.32, CompositeSDPABackwardNode): d and dv <= 256
+// on Hopper, <= 128 on Ampere/Ada, on Blackwell <= 128 or (192, 128) or (256,
+// 256); and never s_q = s_kv = 1. Stats of a row that sees no key (fully
+// masked, or padding) are flashcheck's -inf; the subject hands cuDNN +inf
+// there instead, FlashAttention's own convention for such rows (its softmax
+// writes LSE = +inf where the row sum is 0, so that exp(s - LSE) = 0 in the
+// backward): whatever order a kernel masks and subtracts in, P = 0 on the row
+// and its gradients are 0, where -inf - (-inf) would be NaN. (The test seam
+// cudnn_testing::hand_stats_as_given shows what cuDNN does with -inf.)
+// Padding rows of dQ, dK and dV are set to 0 after the call (flashcheck's
+// convention; cuDNN's contract says nothing of them).
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 #include <fmt/format.h>
@@ -53,6 +77,9 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstring>
+#include <limits>
+#include <tuple>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -80,7 +107,11 @@ int injected_build_failures = 0;
 int injected_execute_failures = 0;
 
 // Tensor uids of the variant pack.
-enum Uid : std::int64_t { kQ = 1, kK, kV, kO, kStats, kSeqQ, kSeqKv };
+enum Uid : std::int64_t { kQ = 1, kK, kV, kO, kStats, kSeqQ, kSeqKv, kdO, kdQ, kdK, kdV };
+
+// Whether the backward hands cuDNN Stats as given (-inf where a row sees no
+// key) instead of +inf there (cudnn_testing).
+bool stats_as_given = false;
 
 constexpr Capabilities kCapabilities = {
     .dtypes = {DType::f16, DType::bf16},
@@ -107,10 +138,14 @@ constexpr Capabilities kCapabilities = {
     .accumulator_max = std::numeric_limits<float>::max(),  // measured: near_overflow(3000,0.9) bf16 gives -inf (issue 20)
     .aligned_masks_need_sq_le_skv = true,
     .geometry_pool = 24,
+    .backward = true,
+    .backward_deterministic = true,  // set_deterministic_algorithm(true) on every backward graph
     .known_deviations = "masked keys' non-finite values leak into O (0 x NaN); subnormal inputs may be flushed to zero; "
                         "bottom-right alignment (causal_br, window) with max seqlen_q > seqlen_kv is refused, and so "
-                        "outside the domain (fully masked rows arise only through padding, where O = 0 and LSE = -inf "
-                        "as flashcheck's convention)",
+                        "outside the domain (rows that see no key, padding or a sequence with more queries than "
+                        "keys, get O = 0 and LSE = -inf as flashcheck's convention); the backward's head dims are "
+                        "cuDNN's per architecture (d, dv <= 256 on Hopper, <= 128 on Ampere), the others refused at "
+                        "launch",
 };
 
 struct CachedGraph {
@@ -180,8 +215,15 @@ class CudnnSdpa final : public gpu::GpuSubject {
     return fmt::format("cuDNN {} (built against {}), cudnn-frontend {}, {}", cudnnGetVersion(), CUDNN_VERSION,
                        CUDNN_FRONTEND_VERSION,
                        dynamic_off_.empty() ? "dynamic shapes with a kernel cache per topology"
-                                            : "per-geometry graphs (" + dynamic_off_ + ")");
+                                            : "per-geometry graphs (" + dynamic_off_ + ")") +
+           fmt::format("; backward: sdpa_backward, deterministic algorithm, {}",
+                       dynamic_off_backward_.empty() ? "a kernel cache per topology where cuDNN takes dynamic shapes"
+                                                     : "per-geometry graphs (" + dynamic_off_backward_ + ")");
   }
+  /// The backward (pass=bwd): sdpa_backward on the handed Q, K, V, O, LSE
+  /// and dO, checked as GpuSubject::run checks the forward (guard bands,
+  /// unwritten elements, inputs unchanged).
+  BackwardResult run_backward(const Problem& p, const BackwardInputs& in) override;
   std::string stats() const override {
     std::lock_guard<std::mutex> lock(mutex_);
     const GraphCounters& c = counters_;
@@ -219,6 +261,8 @@ class CudnnSdpa final : public gpu::GpuSubject {
       line += fmt::format("; plan files: {} read (mean {}) instead of compiled, {} written, {} rejected", c.plans_read,
                           mean(c.plans_read_ms, c.plans_read), c.plans_written, c.plans_rejected);
     if (!dynamic_off_.empty()) line += "; dynamic shapes off: " + dynamic_off_;
+    if (!dynamic_off_backward_.empty() && dynamic_off_backward_ != dynamic_off_)
+      line += "; dynamic shapes off for the backward: " + dynamic_off_backward_;
     for (const std::string& reason : c.fallback_reasons) line += "; note: " + reason;
     return line;
   }
@@ -228,11 +272,14 @@ class CudnnSdpa final : public gpu::GpuSubject {
 
  private:
   // The geometry: everything a graph is built from.
+  // A backward geometry ends in " bwd" (a forward one as before, so that
+  // plan files written before the backward are still found).
   static std::string key(const Problem& p, const gpu::AttentionArgs& a) {
-    return fmt::format("{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}", p.batch, p.heads_q, p.heads_kv, p.seqlen_q,
-                       p.seqlen_kv, p.head_dim, p.head_dim_v, static_cast<int>(p.dtype), static_cast<int>(p.layout),
-                       static_cast<int>(p.mask), p.window_left, p.window_right, p.padded(), p.softmax_scale,
-                       a.q_seq_stride, a.k_seq_stride, a.o_seq_stride);
+    return fmt::format("{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}{}", p.batch, p.heads_q, p.heads_kv,
+                       p.seqlen_q, p.seqlen_kv, p.head_dim, p.head_dim_v, static_cast<int>(p.dtype),
+                       static_cast<int>(p.layout), static_cast<int>(p.mask), p.window_left, p.window_right, p.padded(),
+                       p.softmax_scale, a.q_seq_stride, a.k_seq_stride, a.o_seq_stride,
+                       p.pass == Pass::bwd ? " bwd" : "");
   }
 
   // The topology: what the geometries that may share a compiled kernel have in
@@ -240,9 +287,11 @@ class CudnnSdpa final : public gpu::GpuSubject {
   // heads (so GQA), sequence lengths and strides (so the layout) are the
   // dynamic shapes; the scale, the window bounds and the lengths a mask reads
   // are pass-by-value scalars of the graph. A right bound of 0 adds no node
-  // (the plain causal band), so it is a topology of its own.
+  // (the plain causal band), so it is a topology of its own. A backward
+  // topology's name starts with "bwd ".
   static std::string topology_key(const Problem& p) {
-    return fmt::format("dtype={} d={} dv={} mask={} left={} right={} padded={}", to_string(p.dtype), p.head_dim,
+    return fmt::format("{}dtype={} d={} dv={} mask={} left={} right={} padded={}", p.pass == Pass::bwd ? "bwd " : "",
+                       to_string(p.dtype), p.head_dim,
                        p.head_dim_v, to_string(p.mask), p.window_left >= 0,
                        p.window_right < 0 ? "none" : (p.window_right == 0 ? "zero" : "set"), p.padded());
   }
@@ -410,34 +459,67 @@ class CudnnSdpa final : public gpu::GpuSubject {
       auto k = tensor("K", kK, p.heads_kv, p.seqlen_kv, p.head_dim, a.k_batch_stride, a.k_head_stride, a.k_seq_stride);
       auto v =
           tensor("V", kV, p.heads_kv, p.seqlen_kv, p.head_dim_v, a.v_batch_stride, a.v_head_stride, a.v_seq_stride);
-      auto attributes = fe::graph::SDPA_attributes()
-                            .set_name("flashcheck_sdpa")
-                            .set_generate_stats(true)
-                            .set_attn_scale(static_cast<float>(p.softmax_scale));
-      if (p.mask == MaskKind::causal_tl) attributes.set_causal_mask(true);
-      if (p.mask == MaskKind::causal_br) attributes.set_causal_mask_bottom_right(true);
-      if (p.mask == MaskKind::window) {
-        attributes.set_diagonal_alignment(fe::DiagonalAlignment_t::BOTTOM_RIGHT);
-        if (p.window_left >= 0) attributes.set_diagonal_band_left_bound(static_cast<int>(p.window_left) + 1);
-        if (p.window_right >= 0) attributes.set_diagonal_band_right_bound(static_cast<int>(p.window_right));
+      // The masks and lengths, the same attributes on both passes' nodes.
+      const auto set_masks = [&](auto& attributes) {
+        if (p.mask == MaskKind::causal_tl) attributes.set_causal_mask(true);
+        if (p.mask == MaskKind::causal_br) attributes.set_causal_mask_bottom_right(true);
+        if (p.mask == MaskKind::window) {
+          attributes.set_diagonal_alignment(fe::DiagonalAlignment_t::BOTTOM_RIGHT);
+          if (p.window_left >= 0) attributes.set_diagonal_band_left_bound(static_cast<int>(p.window_left) + 1);
+          if (p.window_right >= 0) attributes.set_diagonal_band_right_bound(static_cast<int>(p.window_right));
+        }
+        if (p.padded()) {
+          auto lengths = [&](const char* name, Uid uid) {
+            return graph->tensor(fe::graph::Tensor_attributes()
+                                     .set_name(name)
+                                     .set_uid(uid)
+                                     .set_dim({p.batch, 1, 1, 1})
+                                     .set_stride({1, 1, 1, 1})
+                                     .set_data_type(fe::DataType_t::INT32));
+          };
+          attributes.set_padding_mask(true).set_seq_len_q(lengths("seq_q", kSeqQ)).set_seq_len_kv(
+              lengths("seq_kv", kSeqKv));
+        }
+      };
+      // LSE (cuDNN's Stats): [batch, heads_q, seqlen_q, 1] f32, packed.
+      const std::vector<std::int64_t> stats_dim = {p.batch, p.heads_q, p.seqlen_q, 1};
+      const std::vector<std::int64_t> stats_stride = {p.heads_q * p.seqlen_q, p.seqlen_q, 1, 1};
+      if (p.pass == Pass::bwd) {
+        // O, dO and dQ, dK, dV in the strides of O, O and Q, K, V.
+        auto o = tensor("O", kO, p.heads_q, p.seqlen_q, p.head_dim_v, a.o_batch_stride, a.o_head_stride,
+                        a.o_seq_stride);
+        auto dout = tensor("dO", kdO, p.heads_q, p.seqlen_q, p.head_dim_v, a.o_batch_stride, a.o_head_stride,
+                           a.o_seq_stride);
+        auto stats = graph->tensor(fe::graph::Tensor_attributes()
+                                       .set_name("Stats")
+                                       .set_uid(kStats)
+                                       .set_dim(stats_dim)
+                                       .set_stride(stats_stride)
+                                       .set_data_type(fe::DataType_t::FLOAT));
+        auto attributes = fe::graph::SDPA_backward_attributes()
+                              .set_name("flashcheck_sdpa_backward")
+                              .set_attn_scale(static_cast<float>(p.softmax_scale))
+                              .set_deterministic_algorithm(true);
+        set_masks(attributes);
+        auto [dq, dk, dv] = graph->sdpa_backward(q, k, v, o, dout, stats, attributes);
+        dq->set_output(true).set_uid(kdQ).set_dim({p.batch, p.heads_q, p.seqlen_q, p.head_dim}).set_stride(
+            {a.q_batch_stride, a.q_head_stride, a.q_seq_stride, 1});
+        dk->set_output(true).set_uid(kdK).set_dim({p.batch, p.heads_kv, p.seqlen_kv, p.head_dim}).set_stride(
+            {a.k_batch_stride, a.k_head_stride, a.k_seq_stride, 1});
+        dv->set_output(true).set_uid(kdV).set_dim({p.batch, p.heads_kv, p.seqlen_kv, p.head_dim_v}).set_stride(
+            {a.v_batch_stride, a.v_head_stride, a.v_seq_stride, 1});
+      } else {
+        auto attributes = fe::graph::SDPA_attributes()
+                              .set_name("flashcheck_sdpa")
+                              .set_generate_stats(true)
+                              .set_attn_scale(static_cast<float>(p.softmax_scale));
+        set_masks(attributes);
+        auto [o, stats] = graph->sdpa(q, k, v, attributes);
+        o->set_output(true).set_uid(kO).set_dim({p.batch, p.heads_q, p.seqlen_q, p.head_dim_v}).set_stride(
+            {a.o_batch_stride, a.o_head_stride, a.o_seq_stride, 1});
+        stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim(stats_dim).set_stride(
+            stats_stride);
       }
-      if (p.padded()) {
-        auto lengths = [&](const char* name, Uid uid) {
-          return graph->tensor(fe::graph::Tensor_attributes()
-                                   .set_name(name)
-                                   .set_uid(uid)
-                                   .set_dim({p.batch, 1, 1, 1})
-                                   .set_stride({1, 1, 1, 1})
-                                   .set_data_type(fe::DataType_t::INT32));
-        };
-        attributes.set_padding_mask(true).set_seq_len_q(lengths("seq_q", kSeqQ)).set_seq_len_kv(
-            lengths("seq_kv", kSeqKv));
-      }
-      auto [o, stats] = graph->sdpa(q, k, v, attributes);
-      o->set_output(true).set_uid(kO).set_dim({p.batch, p.heads_q, p.seqlen_q, p.head_dim_v}).set_stride(
-          {a.o_batch_stride, a.o_head_stride, a.o_seq_stride, 1});
-      stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim(
-          {p.batch, p.heads_q, p.seqlen_q, 1}).set_stride({p.heads_q * p.seqlen_q, p.seqlen_q, 1, 1});
 
       const char* step = nullptr;
       fe::error_t status;
@@ -476,12 +558,22 @@ class CudnnSdpa final : public gpu::GpuSubject {
     return outcome;
   }
 
+  // Why dynamic shapes are off for a pass's graphs (empty: they are on).
+  std::string& dynamic_off(Pass pass) { return pass == Pass::bwd ? dynamic_off_backward_ : dynamic_off_; }
+
+  // Whether a topology of the pass has built a graph with dynamic shapes.
+  bool any_dynamic_build(Pass pass) const {
+    return std::any_of(topologies_.begin(), topologies_.end(), [pass](const auto& entry) {
+      return entry.second.dynamic_builds > 0 && entry.first.starts_with("bwd ") == (pass == Pass::bwd);
+    });
+  }
+
   // The graph of a new geometry. Throws gpu::Unsupported where the plain graph
   // is refused (whatever the dynamic one did).
   CachedGraph build(const Problem& p, const gpu::AttentionArgs& a) {
     Topology* topology = nullptr;
     const std::string topology_name = topology_key(p);
-    if (dynamic_off_.empty()) {
+    if (dynamic_off(p.pass).empty()) {
       const auto [entry, added] = topologies_.try_emplace(topology_name);
       if (added) open_topology(topology_name, entry->second);
       topology = entry->second.static_only.empty() ? &entry->second : nullptr;
@@ -534,10 +626,11 @@ class CudnnSdpa final : public gpu::GpuSubject {
       // cuDNN 9.14's SDPA engines: "This engine currently does not support
       // dynamic shape") refuses every topology, and each refusal cost ~0.6 s
       // on an H100 (Gpu_cudnn's gpu-quick run: 89 builds, mean 696 ms): where
-      // none has built with dynamic shapes yet, they are off for the process.
-      if (counters_.cold_builds + counters_.warm_builds + counters_.file_builds == 0 &&
-          dynamic.refusal.find("No valid engine configs") != std::string::npos)
-        dynamic_off_ = fmt::format("cuDNN {} has no SDPA engine for dynamic shapes here ({})", cudnnGetVersion(),
+      // none of its pass has built with dynamic shapes yet, they are off for
+      // that pass in the process (the forward's and the backward's engines
+      // are not the same).
+      if (!any_dynamic_build(p.pass) && dynamic.refusal.find("No valid engine configs") != std::string::npos)
+        dynamic_off(p.pass) = fmt::format("cuDNN {} has no SDPA engine for dynamic shapes here ({})", cudnnGetVersion(),
                                    dynamic.refusal.substr(0, 120));
       return *plain.built;
     }
@@ -547,6 +640,18 @@ class CudnnSdpa final : public gpu::GpuSubject {
       throw gpu::Unsupported(plain.refusal);
     }
     return *plain.built;
+  }
+
+  // The backward's tensors: the forward's pack with O and Stats as inputs,
+  // and dO, dQ, dK, dV.
+  std::unordered_map<std::int64_t, void*> backward_pack(const Problem& p, const gpu::AttentionArgs& a,
+                                                        const void* dout, void* dq, void* dk, void* dv) const {
+    std::unordered_map<std::int64_t, void*> pack = variant_pack(p, a);
+    pack[kdO] = const_cast<void*>(dout);
+    pack[kdQ] = dq;
+    pack[kdK] = dk;
+    pack[kdV] = dv;
+    return pack;
   }
 
   std::unordered_map<std::int64_t, void*> variant_pack(const Problem& p, const gpu::AttentionArgs& a) const {
@@ -564,15 +669,40 @@ class CudnnSdpa final : public gpu::GpuSubject {
 
   fe::error_t execute(const CachedGraph& cached, std::unordered_map<std::int64_t, void*>& pack,
                       const gpu::CallSite& site) {
-    if (workspace_.bytes() < static_cast<std::size_t>(cached.workspace_bytes))
-      workspace_ = gpu::DeviceBuffer(static_cast<std::size_t>(cached.workspace_bytes), site);
+    const auto needed_bytes = static_cast<std::size_t>(cached.workspace_bytes);
+    if (workspace_.bytes() < needed_bytes) {
+      workspace_ = gpu::DeviceBuffer();  // the smaller one freed first
+      // A workspace the device cannot hold (the deterministic backward's is
+      // b * hq * sq * skv * 2 bytes on Hopper) is a refusal with its size, not
+      // a failed allocation.
+      std::size_t free_bytes = 0, total_bytes = 0;
+      if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess && needed_bytes > free_bytes)
+        throw gpu::Unsupported(fmt::format("cuDNN's graph needs a workspace of {:.2f} GiB; the device has {:.2f} GiB "
+                                           "free of {:.2f} GiB",
+                                           static_cast<double>(needed_bytes) / (1 << 30),
+                                           static_cast<double>(free_bytes) / (1 << 30),
+                                           static_cast<double>(total_bytes) / (1 << 30)));
+      workspace_ = gpu::DeviceBuffer(needed_bytes, site);
+    }
     return cached.graph->execute(handle_, pack, workspace_.get());
   }
 
   void launch(const Problem& p, const gpu::AttentionArgs& a, const gpu::CallSite& site) override {
     if (p.seqlen_q == 0 || p.seqlen_kv == 0)
       throw gpu::Unsupported("cuDNN SDPA takes no empty sequence dimension");
+    // The forward's graph whatever pass the problem names (a pass=bwd
+    // problem's forward is the same call).
+    Problem forward = p;
+    forward.pass = Pass::fwd;
     std::lock_guard<std::mutex> lock(mutex_);
+    run_graph(forward, a, variant_pack(forward, a), site);
+  }
+
+  // Runs the graph of a geometry (either pass; built, or read from its plan
+  // file, on first use) on a.stream with the tensors of `pack`. The caller
+  // holds mutex_.
+  void run_graph(const Problem& p, const gpu::AttentionArgs& a, std::unordered_map<std::int64_t, void*> pack,
+                 const gpu::CallSite& site) {
     if (!handle_) {
       const cudnnStatus_t created = cudnnCreate(&handle_);
       if (created != CUDNN_STATUS_SUCCESS)
@@ -588,7 +718,6 @@ class CudnnSdpa final : public gpu::GpuSubject {
     auto found = cache_.find(graph_key);
     if (found != cache_.end()) ++counters_.graph_hits;
     else found = cache_.emplace(graph_key, build(p, a)).first;
-    auto pack = variant_pack(p, a);
     fe::error_t status;
     if (found->second.dynamic && injected_execute_failures > 0) {
       --injected_execute_failures;
@@ -627,6 +756,7 @@ class CudnnSdpa final : public gpu::GpuSubject {
   }
 
   std::string dynamic_off_ = dynamic_shapes_off_reason();  // set for the process when cuDNN refuses them outright
+  std::string dynamic_off_backward_ = dynamic_off_;          // the same, for the backward's graphs
   const std::string cache_dir_ = [] {
     const char* folder = std::getenv("FLASHCHECK_CUDNN_CACHE_DIR");
     return std::string(folder ? folder : "");
@@ -639,6 +769,171 @@ class CudnnSdpa final : public gpu::GpuSubject {
   gpu::DeviceBuffer workspace_;
 };
 
+// Element strides of a [batch, heads, seq, dim] tensor in a layout, as the
+// GPU runtime lays out the forward's (core/gpu/gpu_subject.cpp).
+void layout_strides(Layout layout, std::int64_t heads, std::int64_t seqlen, std::int64_t dim, std::int64_t& batch,
+                    std::int64_t& head, std::int64_t& seq) {
+  batch = heads * seqlen * dim;
+  head = layout == Layout::bhsd ? seqlen * dim : dim;
+  seq = layout == Layout::bhsd ? dim : heads * dim;
+}
+
+// A copy of `bytes` host bytes on the device, enqueued on `stream`.
+gpu::DeviceBuffer upload(const void* host, std::int64_t bytes, cudaStream_t stream, const char* call,
+                         const gpu::CallSite& site) {
+  gpu::DeviceBuffer device(static_cast<std::size_t>(bytes), site);
+  gpu::check(cudaMemcpyAsync(device.get(), host, static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice, stream), call,
+             site);
+  return device;
+}
+
+// Whether element `at` of a tensor downloaded from a GuardedBuffer still holds the poison.
+bool poisoned(const HostTensor& tensor, std::int64_t at) {
+  if (tensor.dtype() == DType::f32)
+    return std::memcmp(static_cast<const float*>(tensor.data()) + at, &gpu::GuardedBuffer::kPoison32, 4) == 0;
+  return static_cast<const std::uint16_t*>(tensor.data())[at] == gpu::GuardedBuffer::kPoison16;
+}
+
+BackwardResult CudnnSdpa::run_backward(const Problem& p, const BackwardInputs& in) {
+  if (auto refusal = refuse_backward_outside(kCapabilities, p)) return *refusal;
+  BackwardResult result;
+  std::string why;
+  if (!gpu::device_available(&why) || gpu::device_compute_capability() < kCapabilities.min_compute_capability) {
+    // As GpuSubject::run: this machine cannot run it; a poisoned context is a fault.
+    result.status = gpu::context_poisoned() ? Status::fault : Status::unavailable;
+    result.message = !why.empty() ? why
+                                  : fmt::format("needs compute capability {} or newer; this device has {}",
+                                                kCapabilities.min_compute_capability, gpu::device_compute_capability());
+    return result;
+  }
+  const gpu::CallSite site{std::string(name()), to_line(p)};
+  try {
+    const gpu::Stream stream(site);
+    // Stats: the handed LSE, +inf where a row sees no key (the file's header says why).
+    std::vector<float> stats = in.forward.lse;
+    if (!stats_as_given)
+      for (float& lse : stats)
+        if (lse == -std::numeric_limits<float>::infinity()) lse = std::numeric_limits<float>::infinity();
+    const auto stats_bytes = static_cast<std::int64_t>(stats.size() * sizeof(float));
+    const HostTensor& q_host = in.inputs.q;
+    const HostTensor& k_host = in.inputs.k;
+    const HostTensor& v_host = in.inputs.v;
+    const HostTensor& o_host = in.forward.o;
+    const HostTensor& dout_host = in.dout;
+    const gpu::DeviceBuffer q = upload(q_host.data(), q_host.bytes(), stream.get(), "cudaMemcpy (Q)", site);
+    const gpu::DeviceBuffer k = upload(k_host.data(), k_host.bytes(), stream.get(), "cudaMemcpy (K)", site);
+    const gpu::DeviceBuffer v = upload(v_host.data(), v_host.bytes(), stream.get(), "cudaMemcpy (V)", site);
+    const gpu::DeviceBuffer o = upload(o_host.data(), o_host.bytes(), stream.get(), "cudaMemcpy (O)", site);
+    const gpu::DeviceBuffer dout = upload(dout_host.data(), dout_host.bytes(), stream.get(), "cudaMemcpy (dO)", site);
+    const gpu::DeviceBuffer lse = upload(stats.data(), stats_bytes, stream.get(), "cudaMemcpy (LSE)", site);
+    std::vector<std::int32_t> lens_q, lens_kv;  // the sources of the lengths' copies, alive until the end
+    gpu::DeviceBuffer lens_q_device, lens_kv_device;
+    if (p.padded()) {
+      for (std::int64_t b = 0; b < p.batch; ++b) {
+        lens_q.push_back(static_cast<std::int32_t>(p.len_q(b)));
+        lens_kv.push_back(static_cast<std::int32_t>(p.len_kv(b)));
+      }
+      lens_q_device = upload(lens_q.data(), p.batch * 4, stream.get(), "cudaMemcpy (lens)", site);
+      lens_kv_device = upload(lens_kv.data(), p.batch * 4, stream.get(), "cudaMemcpy (lens)", site);
+    }
+    const int element_bytes = storage_bytes(p.dtype);
+    gpu::GuardedBuffer dq(p.q_elements(), element_bytes, site);
+    gpu::GuardedBuffer dk(p.batch * p.heads_kv * p.seqlen_kv * p.head_dim, element_bytes, site);
+    gpu::GuardedBuffer dv(p.batch * p.heads_kv * p.seqlen_kv * p.head_dim_v, element_bytes, site);
+    for (gpu::GuardedBuffer* gradient : {&dq, &dk, &dv}) gradient->poison(stream.get(), site);
+
+    gpu::AttentionArgs a{};
+    a.q = q.get();
+    a.k = k.get();
+    a.v = v.get();
+    a.o = o.get();
+    a.lse = static_cast<float*>(lse.get());
+    layout_strides(p.layout, p.heads_q, p.seqlen_q, p.head_dim, a.q_batch_stride, a.q_head_stride, a.q_seq_stride);
+    layout_strides(p.layout, p.heads_kv, p.seqlen_kv, p.head_dim, a.k_batch_stride, a.k_head_stride, a.k_seq_stride);
+    layout_strides(p.layout, p.heads_kv, p.seqlen_kv, p.head_dim_v, a.v_batch_stride, a.v_head_stride,
+                   a.v_seq_stride);
+    layout_strides(p.layout, p.heads_q, p.seqlen_q, p.head_dim_v, a.o_batch_stride, a.o_head_stride, a.o_seq_stride);
+    a.lens_q = static_cast<const std::int32_t*>(lens_q_device.get());
+    a.lens_kv = static_cast<const std::int32_t*>(lens_kv_device.get());
+    a.stream = stream.get();
+
+    const gpu::Event start(site), stop(site);
+    gpu::check(cudaEventRecord(start.get(), stream.get()), "cudaEventRecord", site);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      run_graph(p, a, backward_pack(p, a, dout.get(), dq.data(), dk.data(), dv.data()), site);
+    }
+    gpu::check(cudaEventRecord(stop.get(), stream.get()), "cudaEventRecord", site);
+    gpu::check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize (after cuDNN's backward)", site);
+    float elapsed = 0;
+    gpu::check(cudaEventElapsedTime(&elapsed, start.get(), stop.get()), "cudaEventElapsedTime", site);
+    result.time_ms = elapsed;
+
+    std::vector<std::string> violations;
+    for (const auto& [buffer, label] : {std::pair{&dq, "dQ"}, std::pair{&dk, "dK"}, std::pair{&dv, "dV"}}) {
+      std::int64_t first = 0;
+      if (const std::int64_t touched = buffer->touched_guard_elements(site, &first))
+        violations.push_back(fmt::format("out-of-bounds write: {} element(s) of {}'s guard bands written, the first at "
+                                         "element {} (the buffer holds {})",
+                                         touched, label, first, buffer->count()));
+    }
+    result.gradients = make_gradients(p);
+    dq.download(result.gradients.dq.data(), site);
+    dk.download(result.gradients.dk.data(), site);
+    dv.download(result.gradients.dv.data(), site);
+
+    // Unwritten: a valid element (of a valid query or key row) still holding
+    // the poison's exact bits. Then padding rows are set to 0.
+    std::int64_t unwritten = 0;
+    std::string first_unwritten;
+    const auto sweep = [&](HostTensor& gradient, const char* label, bool query_rows) {
+      for (std::int64_t b = 0; b < p.batch; ++b) {
+        const std::int64_t valid = query_rows ? p.len_q(b) : p.len_kv(b);
+        for (std::int64_t h = 0; h < gradient.heads(); ++h)
+          for (std::int64_t row = 0; row < gradient.seqlen(); ++row)
+            for (std::int64_t c = 0; c < gradient.dim(); ++c) {
+              if (row >= valid) {
+                gradient.set(b, h, row, c, 0.0);
+              } else if (poisoned(gradient, gradient.offset(b, h, row, c)) && unwritten++ == 0) {
+                first_unwritten = fmt::format("{}(b={}, h={}, row={}, col={})", label, b, h, row, c);
+              }
+            }
+      }
+    };
+    sweep(result.gradients.dq, "dQ", true);
+    sweep(result.gradients.dk, "dK", false);
+    sweep(result.gradients.dv, "dV", false);
+    if (unwritten)
+      violations.push_back(fmt::format("unwritten output: {} valid element(s) still hold the poison, the first {}",
+                                       unwritten, first_unwritten));
+
+    // Inputs must come back bit-identical.
+    const std::tuple<const void*, std::int64_t, const gpu::DeviceBuffer*, const char*> handed[] = {
+        {q_host.data(), q_host.bytes(), &q, "Q"},           {k_host.data(), k_host.bytes(), &k, "K"},
+        {v_host.data(), v_host.bytes(), &v, "V"},           {o_host.data(), o_host.bytes(), &o, "O"},
+        {dout_host.data(), dout_host.bytes(), &dout, "dO"}, {stats.data(), stats_bytes, &lse, "LSE"}};
+    for (const auto& [host, bytes, device, label] : handed) {
+      std::vector<unsigned char> after(static_cast<std::size_t>(bytes));
+      gpu::check(cudaMemcpy(after.data(), device->get(), after.size(), cudaMemcpyDeviceToHost),
+                 "cudaMemcpy (input check)", site);
+      if (!after.empty() && std::memcmp(after.data(), host, after.size()) != 0)
+        violations.push_back(fmt::format("input modification: cuDNN's backward wrote to {}", label));
+    }
+    if (!violations.empty()) {
+      result.status = Status::error;
+      for (const auto& violation : violations) result.message += (result.message.empty() ? "" : "; ") + violation;
+    }
+  } catch (const gpu::Unsupported& refusal) {
+    result = BackwardResult{};  // nothing was written
+    result.status = Status::unsupported;
+    result.message = refusal.what();
+  } catch (const gpu::CudaError& error) {
+    result.status = error.sticky() ? Status::fault : Status::error;
+    result.message = error.what();
+  }
+  return result;
+}
+
 SubjectRegistration<CudnnSdpa> registration;
 
 }  // namespace
@@ -646,6 +941,8 @@ SubjectRegistration<CudnnSdpa> registration;
 std::unique_ptr<Subject> cudnn_testing::make_subject(const std::string& cache_dir) {
   return std::make_unique<CudnnSdpa>(cache_dir);
 }
+
+void cudnn_testing::hand_stats_as_given(bool as_given) { stats_as_given = as_given; }
 
 void cudnn_testing::fail_dynamic_path(int builds, int executes) {
   injected_build_failures = builds;

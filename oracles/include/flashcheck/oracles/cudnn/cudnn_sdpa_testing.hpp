@@ -2,7 +2,8 @@
 // its dynamic-shape path made to fail on demand,
 // so that a test can show the fallback to the per-geometry graph (a right
 // answer, the reason counted in stats()) without waiting for a cuDNN that
-// refuses. Production code never calls it.
+// refuses; and the backward's Stats handed to cuDNN as given, so that a test
+// can show what cuDNN does with an LSE of -inf. Production code never calls it.
 #pragma once
 
 #include <memory>
@@ -22,5 +23,10 @@ std::unique_ptr<Subject> make_subject(const std::string& cache_dir);
 /// fail as a failed execute would (without running it, so its outputs stay
 /// poisoned). Counts left from an earlier call are replaced.
 void fail_dynamic_path(int builds, int executes);
+
+/// Makes later backward calls hand cuDNN the LSE as given, -inf on rows that
+/// see no key (fully masked and padding rows), instead of the +inf the subject
+/// hands there (true), or restores that (false).
+void hand_stats_as_given(bool as_given);
 
 }  // namespace flashcheck::cudnn_testing
