@@ -348,6 +348,8 @@ class Backend:
             text = (str(error).strip().splitlines() or [type(error).__name__])[0]
             if "CUDA error" in text or "illegal memory" in text.lower():
                 raise
+            if "derivative for" in text and "not implemented" in text:  # no autograd formula: not a domain limit
+                raise Failed(f"torch has no backward for {self.subject}'s operator: {text}")
             raise Unsupported(f"torch refused the backward: {text}")
         torch.cuda.synchronize()
         return Result(dq=self.storage_array(q_leaf.grad, shape), dk=self.storage_array(k_leaf.grad, shape),
