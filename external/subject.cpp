@@ -72,9 +72,11 @@ double watchdog_for(const WorkerSpec& spec, const Problem& p) {
   return kCaseSeconds + work * (p.pass == Pass::bwd ? kBackwardWork : 1.0) / 1e8;
 }
 
-/// Writes one input tensor to the worker's folder and names it in the request.
-void add_input(nlohmann::json& request, const fs::path& dir, const char* key, const HostTensor& tensor) {
-  const fs::path path = dir / fmt::format("{}.npy", key);
+/// Writes one input tensor to the worker's folder as `file` (default: the
+/// key's name) and names it in the request.
+void add_input(nlohmann::json& request, const fs::path& dir, const char* key, const HostTensor& tensor,
+               const char* file = nullptr) {
+  const fs::path path = dir / fmt::format("{}.npy", file ? file : key);
   write_npy(path, npy_descr(tensor.dtype()), storage_shape(tensor), tensor.data(),
             static_cast<std::size_t>(tensor.bytes()));
   request["inputs"][key] = path.string();
@@ -99,12 +101,13 @@ nlohmann::json make_request(const Problem& p, const Inputs& in, const fs::path& 
 }
 
 /// The backward's request: the forward's inputs, then the O and LSE the
-/// subject is handed (core/backward.hpp) and dO.
+/// subject is handed (core/backward.hpp) and dO. The handed O and LSE have
+/// files of their own, apart from the forward's outputs o.npy and lse.npy.
 nlohmann::json make_backward_request(const Problem& p, const BackwardInputs& in, const fs::path& dir, int protocol) {
   nlohmann::json request = make_request(p, in.inputs, dir, protocol);
-  add_input(request, dir, "o", in.forward.o);
+  add_input(request, dir, "o", in.forward.o, "handed_o");
   const std::vector<std::int64_t> lse_shape{p.batch, p.heads_q, p.seqlen_q};
-  const fs::path lse = dir / "lse.npy";
+  const fs::path lse = dir / "handed_lse.npy";
   write_npy(lse, "<f4", lse_shape, in.forward.lse.data(), in.forward.lse.size() * sizeof(float));
   request["inputs"]["lse"] = lse.string();
   add_input(request, dir, "do", in.dout);

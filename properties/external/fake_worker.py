@@ -175,6 +175,22 @@ def attention_backward(shape, scale, q, k, v, do, reduce_gqa=True):
     return dq, dk, dvs
 
 
+#: One unit in the last place, relative, of each dtype's rounding.
+ULP = {"f32": 2.0 ** -23, "f16": 2.0 ** -10, "bf16": 2.0 ** -7}
+
+
+def check_handed(shape, scale, q, k, v, handed_o, handed_lse):
+    """The O and LSE flashcheck hands a backward are the exact forward's,
+    rounded once (O to the dtype, LSE to f32), in the problem's layout: a
+    layout or row mix-up on flashcheck's side is a failure of the case."""
+    o, lse = attention(shape, scale, q, k, v)
+    for what, got, want, ulp in (("O", handed_o, o, ULP[shape.dtype]), ("LSE", handed_lse, lse, ULP["f32"])):
+        for n, (g, w) in enumerate(zip(got, want)):
+            close = g == w or abs(g - w) <= ulp * abs(w) + 1e-30
+            if not close:
+                raise Failed(f"the handed {what} differs from the exact forward at element {n}: {g!r} against {w!r}")
+
+
 class FakeWorker(Worker):
     """The protocol-level misbehaviours: they bend the package's own answers."""
 
@@ -279,7 +295,9 @@ def main():
         shape = request.shape
         dq, dk, dv = attention_backward(shape, scale, request.read("q"), request.read("k"), request.read("v"),
                                         request.read("do"), reduce_gqa=mode != "wrong-dk")
-        request.read("o"), request.read("lse")  # handed over and checked against the problem, not needed
+        if mode != "wrong-scale":  # recomputed as torch does, and checked: flashcheck hands the right forward
+            check_handed(shape, scale, request.read("q"), request.read("k"), request.read("v"), request.read("o"),
+                         request.read("lse"))
         elapsed = (time.perf_counter() - start) * 1e3
         if mode == "dk-per-head":  # one head per query head: the GQA sum not done
             heads = list(shape.dk_shape)
