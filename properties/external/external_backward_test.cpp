@@ -302,10 +302,11 @@ TEST_P(TorchBackward, EveryCaseInsideTheDomainPassesTheBackwardRule) {
     ASSERT_EQ(j.run.status, Status::ok) << j.run.message;
     ++judged;
     const KnownFailure* known = known_failure(spec.name, p);
-    if (known)
+    if (known) {
       EXPECT_FALSE(j.verdict.pass) << "expected to fail (" << known->why << "), but passed: update the table";
-    else
+    } else {
       EXPECT_TRUE(j.verdict.pass) << j.verdict.rule << " (failed: " << failed_checks(j.verdict) << ")";
+    }
     std::printf("%-19s %s %s: %s%s\n", spec.name.c_str(), j.verdict.pass ? "PASS" : "FAIL", line,
                 j.verdict.rule.c_str(), known ? " (a known failure)" : "");
     // Determinism: a subject that declares it is bitwise repeatable; any
@@ -318,7 +319,9 @@ TEST_P(TorchBackward, EveryCaseInsideTheDomainPassesTheBackwardRule) {
                      same_bits(again.gradients.dk, j.run.gradients.dk) &&
                      same_bits(again.gradients.dv, j.run.gradients.dv));
     }
-    if (caps.backward_deterministic) EXPECT_EQ(differing, 0) << "declared deterministic";
+    if (caps.backward_deterministic) {
+      EXPECT_EQ(differing, 0) << "declared deterministic";
+    }
     std::printf("%-19s   %d of 5 reruns differ bitwise\n", spec.name.c_str(), differing);
   }
   EXPECT_GT(judged, 0) << "every case unsupported: nothing was judged";
