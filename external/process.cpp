@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "flashcheck/external/protocol.hpp"
+
 namespace flashcheck::external {
 
 namespace {
@@ -38,7 +40,7 @@ ProcessOptions WorkerProcess::options(const std::string& command, const std::fil
   ProcessOptions options;
   options.argv = split_command(command);
   options.cwd = cwd;
-  options.env = {{"FLASHCHECK_PROTOCOL", "1"}};
+  options.env = {{"FLASHCHECK_PROTOCOL", std::to_string(kProtocolVersion)}};  // the newest spoken
   options.in = Redirect::pipe();
   options.out = Redirect::pipe();
   options.err = Redirect::file(log);

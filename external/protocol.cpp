@@ -65,6 +65,8 @@ nlohmann::json to_json(const Capabilities& c) {
                       {"tile_kv", c.tile_kv},
                       {"needs_gpu", c.needs_gpu},
                       {"min_compute_capability", c.min_compute_capability},
+                      {"backward", c.backward},
+                      {"backward_deterministic", c.backward_deterministic},
                       {"known_deviations", std::string(c.known_deviations)}};
   if (c.head_dims[0] != 0) {
     j["head_dims"] = nlohmann::json::array();
@@ -75,7 +77,7 @@ nlohmann::json to_json(const Capabilities& c) {
   return j;
 }
 
-Capabilities capabilities_from_json(const nlohmann::json& j, std::string& deviations) {
+Capabilities capabilities_from_json(const nlohmann::json& j, std::string& deviations, int protocol) {
   if (!j.is_object()) throw std::runtime_error("capabilities: expected a JSON object");
   for (std::string_view required : {"dtypes", "masks"})
     if (!j.contains(required)) throw std::runtime_error(fmt::format("capabilities.{}: missing (required)", required));
@@ -126,7 +128,12 @@ Capabilities capabilities_from_json(const nlohmann::json& j, std::string& deviat
     else if (key == "tile_kv") c.tile_kv = integer(1, 1 << 16);
     else if (key == "needs_gpu") c.needs_gpu = boolean();
     else if (key == "min_compute_capability") c.min_compute_capability = static_cast<int>(integer(0, 1000));
-    else if (key == "compute_dtype") {
+    else if (key == "backward" || key == "backward_deterministic") {
+      // A version-1 worker would be sent backward requests it cannot read.
+      if (protocol < 2)
+        throw std::runtime_error(fmt::format("capabilities.{}: needs protocol 2 (the worker speaks {})", key, protocol));
+      (key == "backward" ? c.backward : c.backward_deterministic) = boolean();
+    } else if (key == "compute_dtype") {
       const auto dtype = value.is_string() ? parse_dtype(value.get<std::string>()) : std::nullopt;
       if (!dtype) throw std::runtime_error(fmt::format("capabilities.compute_dtype: unknown dtype {}", value.dump()));
       c.compute_dtype = dtype;
@@ -143,6 +150,8 @@ Capabilities capabilities_from_json(const nlohmann::json& j, std::string& deviat
   if (c.min_head_dim > c.max_head_dim)
     throw std::runtime_error(fmt::format("capabilities: min_head_dim {} > max_head_dim {}", c.min_head_dim,
                                          c.max_head_dim));
+  if (c.backward_deterministic && !c.backward)
+    throw std::runtime_error("capabilities: backward_deterministic without backward (a backward it does not have)");
   c.known_deviations = deviations;
   return c;
 }

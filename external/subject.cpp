@@ -37,8 +37,11 @@ ExternalSubject::~ExternalSubject() = default;
 
 void ExternalSubject::adopt(const nlohmann::json& hello) {
   hello_ = hello;
+  // A handshake that a parent process made was checked there (client.hpp).
+  const auto spoken = hello.find("protocol");
+  protocol_ = spoken != hello.end() && spoken->is_number_integer() ? spoken->get<int>() : kOldestProtocolVersion;
   caps_ = capabilities_from_json(hello.contains("capabilities") ? hello["capabilities"] : nlohmann::json(),
-                                 deviations_);
+                                 deviations_, protocol_);
   description_ = hello.contains("description") && hello["description"].is_string()
                      ? hello["description"].get<std::string>()
                      : "external worker";
@@ -58,26 +61,95 @@ nlohmann::json ExternalSubject::registration() const {
 namespace {
 
 constexpr double kCaseSeconds = 30;  // the per-case limit's fixed part
+/// The backward's work against the forward's: the FLOP convention of
+/// cuDNN's and flash-attention's benchmarks (issue 22, item 6).
+constexpr double kBackwardWork = 2.5;
 
 double watchdog_for(const WorkerSpec& spec, const Problem& p) {
   if (spec.watchdog_seconds > 0) return spec.watchdog_seconds;
   const double work = static_cast<double>(p.batch * p.heads_q) * static_cast<double>(p.seqlen_q) *
                       static_cast<double>(p.seqlen_kv) * static_cast<double>(p.head_dim + p.head_dim_v);
-  return kCaseSeconds + work / 1e8;
+  return kCaseSeconds + work * (p.pass == Pass::bwd ? kBackwardWork : 1.0) / 1e8;
+}
+
+/// Writes one input tensor to the worker's folder as `file` (default: the
+/// key's name) and names it in the request.
+void add_input(nlohmann::json& request, const fs::path& dir, const char* key, const HostTensor& tensor,
+               const char* file = nullptr) {
+  const fs::path path = dir / fmt::format("{}.npy", file ? file : key);
+  write_npy(path, npy_descr(tensor.dtype()), storage_shape(tensor), tensor.data(),
+            static_cast<std::size_t>(tensor.bytes()));
+  request["inputs"][key] = path.string();
 }
 
 /// The request for one case (its id comes with WorkerClient::call), its
-/// inputs written to the worker's folder.
-nlohmann::json make_request(const Problem& p, const Inputs& in, const fs::path& dir) {
+/// inputs written to the worker's folder. A version-1 worker gets exactly
+/// the version-1 request; from version 2 on it names its pass.
+nlohmann::json make_request(const Problem& p, const Inputs& in, const fs::path& dir, int protocol) {
   nlohmann::json request = {{"type", "run"}, {"problem", to_line(p)}, {"shape", problem_fields(p)}};
-  for (const auto& [key, tensor] : {std::pair{"q", &in.q}, std::pair{"k", &in.k}, std::pair{"v", &in.v}}) {
-    const fs::path path = dir / fmt::format("{}.npy", key);
-    write_npy(path, npy_descr(tensor->dtype()), storage_shape(*tensor), tensor->data(),
-              static_cast<std::size_t>(tensor->bytes()));
-    request["inputs"][key] = path.string();
+  if (protocol >= 2) request["pass"] = std::string(to_string(p.pass));
+  add_input(request, dir, "q", in.q);
+  add_input(request, dir, "k", in.k);
+  add_input(request, dir, "v", in.v);
+  if (p.pass == Pass::fwd) {
+    request["outputs"] = {{"o", (dir / "o.npy").string()}, {"lse", (dir / "lse.npy").string()}};
+  } else {
+    request["outputs"] = {
+        {"dq", (dir / "dq.npy").string()}, {"dk", (dir / "dk.npy").string()}, {"dv", (dir / "dv.npy").string()}};
   }
-  request["outputs"] = {{"o", (dir / "o.npy").string()}, {"lse", (dir / "lse.npy").string()}};
   return request;
+}
+
+/// The backward's request: the forward's inputs, then the O and LSE the
+/// subject is handed (core/backward.hpp) and dO. The handed O and LSE have
+/// files of their own, apart from the forward's outputs o.npy and lse.npy.
+nlohmann::json make_backward_request(const Problem& p, const BackwardInputs& in, const fs::path& dir, int protocol) {
+  nlohmann::json request = make_request(p, in.inputs, dir, protocol);
+  add_input(request, dir, "o", in.forward.o, "handed_o");
+  const std::vector<std::int64_t> lse_shape{p.batch, p.heads_q, p.seqlen_q};
+  const fs::path lse = dir / "handed_lse.npy";
+  write_npy(lse, "<f4", lse_shape, in.forward.lse.data(), in.forward.lse.size() * sizeof(float));
+  request["inputs"]["lse"] = lse.string();
+  add_input(request, dir, "do", in.dout);
+  return request;
+}
+
+/// Reads one output a worker wrote into `out`, which has the dtype and shape
+/// the problem asks for; anything else is the worker's failure. Read under
+/// the reply's watchdog, and refused by its size before reading past 8
+/// bytes an element (a wrong dtype still gets its own message).
+void read_output(const WorkerClient& client, const std::string& subject, const char* what, const char* file,
+                 HostTensor& out) {
+  const NpyArray array =
+      read_npy(client.dir() / file, {static_cast<std::uintmax_t>(out.size()) * 8, client.deadline()});
+  if (array.descr != npy_descr(out.dtype()) || array.shape != storage_shape(out))
+    throw WorkerFailure(fmt::format("external worker '{}' returned {} as '{}' {}, but the problem needs '{}' {} ({}{})",
+                                    subject, what, array.descr, shape_text(array.shape), npy_descr(out.dtype()),
+                                    shape_text(storage_shape(out)), to_string(out.dtype()),
+                                    out.dtype() == DType::bf16 ? " as its bit pattern" : ""));
+  std::copy(array.bytes.begin(), array.bytes.end(), static_cast<char*>(out.data()));
+}
+
+/// What a reply's status says, when it is not `ok`: the case's result
+/// status and message (nullopt for ok). Any other status is the worker's
+/// failure. A worker that cannot go on ("fatal": true, a sticky CUDA error)
+/// is replaced before the next case.
+std::optional<std::pair<Status, std::string>> not_ok(WorkerClient& client, const std::string& subject,
+                                                     const nlohmann::json& reply) {
+  const bool retire = reply.contains("fatal") && reply["fatal"] == true;
+  const std::string status = text_of(reply, "status");
+  std::optional<std::pair<Status, std::string>> answer;
+  if (status == "unsupported")
+    answer.emplace(Status::unsupported,
+                   fmt::format("{} (the worker's answer)", text_of(reply, "reason", "no reason given")));
+  else if (status == "error")
+    answer.emplace(Status::error, fmt::format("external worker '{}' reported an error{}: {}", subject,
+                                              retire ? " and retired" : "", text_of(reply, "message", "no message given")));
+  else if (status != "ok")
+    client.fail(fmt::format("answered case {} with status {} (expected ok, unsupported or error)", reply["id"].dump(),
+                            reply.contains("status") ? reply["status"].dump() : "(none)"));
+  if (retire && answer) client.discard();
+  return answer;
 }
 
 }  // namespace
@@ -89,46 +161,20 @@ double ExternalSubject::startup_seconds() const {
 RunResult ExternalSubject::run(const Problem& problem, const Inputs& inputs) {
   if (auto refusal = refuse_outside(caps_, problem)) return *refusal;
   RunResult result;
-  bool retire = false;
   try {
     std::error_code ignored;
     fs::remove(client_->dir() / "o.npy", ignored);
     fs::remove(client_->dir() / "lse.npy", ignored);
-    const nlohmann::json reply =
-        client_->call(make_request(problem, inputs, client_->dir()), watchdog_for(spec_, problem), "case");
-    // A worker that cannot go on (a sticky CUDA error) says so with
-    // "fatal": true; it is replaced before the next case.
-    if (reply.contains("fatal") && reply["fatal"] == true) retire = true;
-    const std::string status = text_of(reply, "status");
-    if (status == "unsupported") {
-      result.status = Status::unsupported;
-      result.message = fmt::format("{} (the worker's answer)", text_of(reply, "reason", "no reason given"));
-      if (retire) client_->discard();
+    const nlohmann::json reply = client_->call(make_request(problem, inputs, client_->dir(), protocol_),
+                                               watchdog_for(spec_, problem), "case");
+    if (auto answer = not_ok(*client_, spec_.name, reply)) {
+      result.status = answer->first;
+      result.message = answer->second;
       return result;
     }
-    if (status == "error") {
-      result.status = Status::error;
-      result.message = fmt::format("external worker '{}' reported an error{}: {}", spec_.name,
-                                   retire ? " and retired" : "", text_of(reply, "message", "no message given"));
-      if (retire) client_->discard();
-      return result;
-    }
-    if (status != "ok")
-      client_->fail(fmt::format("answered case {} with status {} (expected ok, unsupported or error)",
-                                reply["id"].dump(), reply.contains("status") ? reply["status"].dump() : "(none)"));
     // The outputs: exactly the dtype and shape the problem asks for.
     result.outputs = make_outputs(problem);
-    HostTensor& out = result.outputs.o;
-    // Read under the reply's watchdog, and refused by its size before reading
-    // past 8 bytes an element (a wrong dtype still gets its own message).
-    const NpyArray o = read_npy(client_->dir() / "o.npy",
-                                {static_cast<std::uintmax_t>(out.size()) * 8, client_->deadline()});
-    if (o.descr != npy_descr(problem.dtype) || o.shape != storage_shape(out))
-      throw WorkerFailure(fmt::format("external worker '{}' returned O as '{}' {}, but the problem needs '{}' {} ({}{})",
-                                      spec_.name, o.descr, shape_text(o.shape), npy_descr(problem.dtype),
-                                      shape_text(storage_shape(out)), to_string(problem.dtype),
-                                      problem.dtype == DType::bf16 ? " as its bit pattern" : ""));
-    std::copy(o.bytes.begin(), o.bytes.end(), static_cast<char*>(out.data()));
+    read_output(*client_, spec_.name, "O", "o.npy", result.outputs.o);
     if (caps_.lse) {
       const std::vector<std::int64_t> want{problem.batch, problem.heads_q, problem.seqlen_q};
       const NpyArray lse = read_npy(client_->dir() / "lse.npy",
@@ -142,7 +188,7 @@ RunResult ExternalSubject::run(const Problem& problem, const Inputs& inputs) {
       result.outputs.has_lse = false;
     }
     if (reply.contains("time_ms") && reply["time_ms"].is_number()) result.time_ms = reply["time_ms"].get<double>();
-    if (retire) client_->discard();
+    if (reply.contains("fatal") && reply["fatal"] == true) client_->discard();
   } catch (const WorkerFailure& error) {  // the worker is handled: killed, or kept in step
     result = RunResult{};
     result.status = Status::error;
@@ -156,10 +202,47 @@ RunResult ExternalSubject::run(const Problem& problem, const Inputs& inputs) {
   return result;
 }
 
+BackwardResult ExternalSubject::run_backward(const Problem& problem, const BackwardInputs& inputs) {
+  if (auto refusal = refuse_backward_outside(caps_, problem)) return *refusal;
+  BackwardResult result;
+  try {
+    std::error_code ignored;
+    for (const char* file : {"dq.npy", "dk.npy", "dv.npy"}) fs::remove(client_->dir() / file, ignored);
+    const nlohmann::json reply = client_->call(make_backward_request(problem, inputs, client_->dir(), protocol_),
+                                               watchdog_for(spec_, problem), "backward case");
+    if (auto answer = not_ok(*client_, spec_.name, reply)) {
+      result.status = answer->first;
+      result.message = answer->second;
+      return result;
+    }
+    // dK and dV per K/V head: a worker that returns them per query head (the
+    // GQA sum not done) is refused by their shape.
+    result.gradients = make_gradients(problem);
+    read_output(*client_, spec_.name, "dQ", "dq.npy", result.gradients.dq);
+    read_output(*client_, spec_.name, "dK", "dk.npy", result.gradients.dk);
+    read_output(*client_, spec_.name, "dV", "dv.npy", result.gradients.dv);
+    if (reply.contains("time_ms") && reply["time_ms"].is_number()) result.time_ms = reply["time_ms"].get<double>();
+    if (reply.contains("fatal") && reply["fatal"] == true) client_->discard();
+  } catch (const WorkerFailure& error) {
+    result = BackwardResult{};
+    result.status = Status::error;
+    result.message = error.what();
+  } catch (const std::exception& error) {
+    client_->discard();
+    result = BackwardResult{};
+    result.status = Status::error;
+    result.message = fmt::format("external worker '{}': {} (worker restarted)", spec_.name, error.what());
+  }
+  return result;
+}
+
 std::optional<Timing> ExternalSubject::time(const Problem& problem, const Inputs& inputs, int warmup, int repeats,
                                             int input_sets) {
   if (auto reason = unsupported_reason(caps_, problem)) throw std::invalid_argument(*reason);
-  nlohmann::json request = make_request(problem, inputs, client_->dir());
+  // A timing request carries the forward's inputs only: Subject::time has no dO.
+  if (problem.pass == Pass::bwd)
+    throw std::invalid_argument("timing a worker's backward is not in the protocol (Subject::time takes no dO)");
+  nlohmann::json request = make_request(problem, inputs, client_->dir(), protocol_);
   request["timing"] = {{"warmup", warmup}, {"repeats", repeats}, {"input_sets", input_sets}};
   const nlohmann::json reply =
       client_->call(std::move(request), watchdog_for(spec_, problem) * (1 + warmup + repeats), "timing request");

@@ -9,8 +9,12 @@ attention backends as four subjects (docs/external-subjects.md):
   torch-math       the reference composite (torch.nn.functional.scaled_dot_product_attention
                    under sdpa_kernel(MATH)); returns no LSE
 
+  torch-flash-det, torch-efficient-det
+                   the same kernels under torch.use_deterministic_algorithms(True),
+                   which PyTorch documents as making their backward deterministic
+
 Usage, one subject per process: flashcheck external --cmd 'python3 external/torch_sdpa.py'
---name torch-flash run ... (or --config external/torch_sdpa.json for all four).
+--name torch-flash run ... (or --config external/torch_sdpa.json for all six).
 
 The fused backends are called through their aten operators, not through the
 public function, so that the subject is one kernel (the public function picks
@@ -33,6 +37,26 @@ FlashAttention-2's +inf LSE sentinel for a row that sees no key (its
 documented convention) becomes flashcheck's -inf. Nothing else is mapped: a
 NaN, a nonzero row where every key is masked, or an LSE of 0 for such a row
 is returned as it came, for flashcheck to judge.
+
+The backward (protocol 2, pass=bwd) goes through autograd: Q, K and V
+require grad, the same call as the forward runs (the same operator, masks and
+bias), and O.backward(dO) gives dQ, dK and dV; dK and dV come per K/V head
+(flash and cudnn take GQA natively and sum over the group in their backward;
+math repeats K/V under enable_gqa, and autograd sums the repeats). torch
+recomputes its own forward and saves its own O and LSE for the backward: it
+does not take the O and LSE that flashcheck hands over, so a framework
+backend is judged on its forward-and-backward composite. The oracle's
+gradient is the exact function's, so this judges the right thing; a wrong
+forward LSE would show in the gradients too. dO is zeroed in padding rows
+(rows past a sequence's length are not the problem's; a varlen kernel never
+sees them), which makes their contributions to dK and dV exactly zero.
+
+Determinism, per backend, from PyTorch's Reproducibility notes ("CUDA Scaled
+Dot Product Attention", docs/source/notes/randomness.rst, pytorch/pytorch PR
+#182551): math is deterministic; flash's backward uses atomics by default
+and efficient's may split the keys (num_splits_key > 1), both made
+deterministic by torch.use_deterministic_algorithms(True, warn_only=False)
+(the -det subjects); cuDNN's backward is not, and that mode disables it.
 """
 import os
 import sys
@@ -42,14 +66,34 @@ import warnings
 # the repository's own copy, whether or not one is installed.
 sys.dont_write_bytecode = True  # no __pycache__ in the repository's python/src
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "src"))
-from flashcheck_worker import Hello, Result, Unsupported, serve  # noqa: E402
+from flashcheck_worker import Failed, Hello, Result, Unsupported, serve  # noqa: E402
 
-SUBJECTS = ("torch-flash", "torch-efficient", "torch-cudnn", "torch-math")
+SUBJECTS = ("torch-flash", "torch-efficient", "torch-cudnn", "torch-math", "torch-flash-det", "torch-efficient-det")
+
+#: Whether each backend's backward is bitwise repeatable, as PyTorch documents
+#: it (the module's docstring says where): the -det subjects run under
+#: torch.use_deterministic_algorithms(True). flashcheck's determinism property
+#: holds a subject declared deterministic to every bit.
+BACKWARD_DETERMINISTIC = {"torch-flash": False, "torch-efficient": False, "torch-cudnn": False, "torch-math": True,
+                          "torch-flash-det": True, "torch-efficient-det": True}
+
+
+def backend_of(subject):
+    """torch-flash-det -> torch-flash: the kernel a subject runs."""
+    return subject[:-len("-det")] if subject.endswith("-det") else subject
 
 
 def capabilities(subject, torch):
-    """Each backend's domain in torch 2.11 (its sdp_utils checks; observed on the H200)."""
-    major, minor = torch.cuda.get_device_capability()
+    """Each backend's domain (its sdp_utils checks in torch 2.11; observed on the H200), the
+    backward included: the same domain, torch's own checks with requires_grad refusing the rest."""
+    caps = forward_capabilities(backend_of(subject), torch)
+    caps.update(backward=True, backward_deterministic=BACKWARD_DETERMINISTIC[subject])
+    if subject.endswith("-det"):
+        caps["known_deviations"] += "; under torch.use_deterministic_algorithms(True)"
+    return caps
+
+
+def forward_capabilities(subject, torch):
     common = {"layouts": ["bhsd", "bshd"], "needs_gpu": True, "empty_sequences": False, "tile_q": 128,
               "tile_kv": 128}
     if subject == "torch-flash":
@@ -78,13 +122,19 @@ def capabilities(subject, torch):
 
 class Backend:
     def __init__(self, subject):
+        if subject in ("torch-math",) or subject.endswith("-det"):
+            # Deterministic cuBLAS needs its workspace fixed before CUDA starts
+            # (torch.use_deterministic_algorithms' documentation).
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         import numpy
         import torch
         import torch.nn.functional as F
         from torch.nn.attention import SDPBackend, sdpa_kernel
         self.np, self.torch, self.F = numpy, torch, F
         self.SDPBackend, self.sdpa_kernel = SDPBackend, sdpa_kernel
-        self.subject = subject
+        self.subject = backend_of(subject)
+        if self.subject != subject or subject == "torch-math":
+            torch.use_deterministic_algorithms(True, warn_only=False)
         torch.set_warn_always(True)  # the eligibility checks' reasons are warnings: every time, not once
         if not torch.cuda.is_available():
             raise RuntimeError("no CUDA device visible to torch")
@@ -98,7 +148,9 @@ class Backend:
                 f"{torch.cuda.get_device_name()}")
 
     # ---- inputs and outputs ------------------------------------------------
-    def load(self, request, name):
+    def load(self, request, name, requires_grad=False):
+        """Input `name` as a [B, H, S, D] view of a tensor in storage order; with
+        requires_grad, (the view, its leaf), whose .grad is in storage order."""
         np, torch = self.np, self.torch
         shape = request.message["shape"]
         array = request.load(name)  # bf16 as its bit pattern
@@ -107,14 +159,20 @@ class Backend:
         else:
             tensor = torch.from_numpy(array)
         tensor = tensor.to(self.device)
+        if requires_grad:
+            tensor.requires_grad_(True)
         # Storage order -> [B, H, S, D] view.
-        return tensor.transpose(1, 2) if shape["layout"] == "bshd" else tensor
+        view = tensor.transpose(1, 2) if shape["layout"] == "bshd" else tensor
+        return (view, tensor) if requires_grad else view
 
     def o_array(self, o_bhsd, shape):
         """O in storage order as NumPy (bf16 as its bit pattern), for the package to write."""
-        o = o_bhsd.transpose(1, 2) if shape["layout"] == "bshd" else o_bhsd
-        o = o.to(self.dtypes[shape["dtype"]]).contiguous().cpu()
-        return o.view(self.torch.int16).numpy() if shape["dtype"] == "bf16" else o.numpy()
+        return self.storage_array(o_bhsd.transpose(1, 2) if shape["layout"] == "bshd" else o_bhsd, shape)
+
+    def storage_array(self, tensor, shape):
+        """A tensor already in storage order as NumPy in the problem's dtype (bf16 as its bit pattern)."""
+        tensor = tensor.to(self.dtypes[shape["dtype"]]).contiguous().cpu()
+        return tensor.view(self.torch.int16).numpy() if shape["dtype"] == "bf16" else tensor.numpy()
 
     # ---- masks ---------------------------------------------------------------
     def visible(self, shape):
@@ -237,6 +295,8 @@ class Backend:
         return call, None
 
     def run(self, request):
+        if request.backward:
+            return self.run_backward(request)
         torch = self.torch
         shape = request.message["shape"]
         q, k, v = (self.load(request, key) for key in ("q", "k", "v"))
@@ -261,6 +321,39 @@ class Backend:
             o, lse = finish(o, lse)
         return Result(o=self.o_array(o, shape), lse=None if lse is None else lse.float().contiguous().cpu().numpy(),
                       time_ms=start.elapsed_time(stop))
+
+    def run_backward(self, request):
+        """dQ, dK, dV through autograd: the forward's call with Q, K, V requiring
+        grad, then O.backward(dO). torch saves its own forward's O and LSE; the
+        O and LSE flashcheck hands over are not used (the module's docstring)."""
+        torch = self.torch
+        shape = request.message["shape"]
+        if request.timing:
+            raise Unsupported("timing the backward is not in the protocol")
+        (q, q_leaf), (k, k_leaf), (v, v_leaf) = (self.load(request, key, requires_grad=True) for key in "qkv")
+        dout = self.load(request, "do").clone()
+        lens_q = shape["lens_q"] or []
+        for b, length in enumerate(lens_q):  # padding rows are not the problem's: no gradient flows from them
+            dout[b, :, length:, :] = 0
+        call, _ = self.prepare(shape, q, k, v)
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        try:
+            o, _ = call()
+            if not o.requires_grad:  # the harness's problem, not torch's domain: an error, not unsupported
+                raise Failed(f"{self.subject}'s operator gave an output without autograd history")
+            start.record()
+            o.backward(dout)
+            stop.record()
+        except RuntimeError as error:
+            text = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            if "CUDA error" in text or "illegal memory" in text.lower():
+                raise
+            if "derivative for" in text and "not implemented" in text:  # no autograd formula: not a domain limit
+                raise Failed(f"torch has no backward for {self.subject}'s operator: {text}")
+            raise Unsupported(f"torch refused the backward: {text}")
+        torch.cuda.synchronize()
+        return Result(dq=self.storage_array(q_leaf.grad, shape), dk=self.storage_array(k_leaf.grad, shape),
+                      dv=self.storage_array(v_leaf.grad, shape), time_ms=start.elapsed_time(stop))
 
     def time(self, shape, call, q, k, v, timing):
         """CUDA-event times of the call alone; the inputs' copies rotate only

@@ -55,6 +55,24 @@ class External(unittest.TestCase):
         self.assertNotIn("FAIL", run.stdout)  # one verdict per case, and it passed
         self.assertIn("subject: fake 1.0", run.stdout)
 
+    BACKWARD = "b=2 hq=4 hkv=2 sq=11 skv=19 d=16 dtype=bf16 layout=bshd mask=causal_br pass=bwd dseed=2"
+
+    def run_backward(self, mode):
+        run = flashcheck("external", "--cmd", fake(mode), "--name", "fake", "run", "-s", "fake", "-p", self.BACKWARD)
+        if run.returncode == 2 and "pass" in run.stderr and "bwd" in run.stderr:
+            self.skipTest(f"this flashcheck's judge does not take pass=bwd yet: {run.stderr.strip()[-200:]}")
+        return run
+
+    def test_run_judges_a_workers_backward(self):  # protocol 2, end to end through the judge
+        run = self.run_backward("good")
+        self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+        self.assertNotIn("FAIL", run.stdout)
+
+    def test_run_catches_a_workers_backward_without_the_gqa_sum(self):
+        run = self.run_backward("wrong-dk")
+        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+        self.assertIn("dk.", run.stdout + run.stderr)
+
     def test_run_kokkos_triangulates_each_case(self):  # not external, but the same binary and harness
         # A padded batch: rows past a sequence's length are padding, skipped as the judge skips them.
         run = flashcheck("run", "-s", "smoke-cpu-lowp", "--kokkos", "-p",

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A fake external worker for flashcheck's protocol tests, on the
 flashcheck_worker package (python/, standard library only: no NumPy, no GPU):
-a small exact attention in float64, and modes that misbehave on purpose. The
-package is imported from this repository's python/src without installing it.
+a small exact attention and its backward in float64, and modes that misbehave
+on purpose. The package is imported from this repository's python/src without
+installing it.
 
     fake_worker.py [--mode MODE] [--at N]
 
@@ -29,6 +30,12 @@ MODE (default good):
   fifo-output   makes o.npy a FIFO that nobody writes, on case N (a blocking open would never return)
   huge-output   writes o.npy as a sparse 4 GiB array with a header that matches its size, on case N
   setsid-child  starts a grandchild that calls setsid and sleeps for an hour, on case N, then answers
+  protocol1     answers the handshake as a version-1 worker would (no backward: the forward only)
+Backward cases (protocol 2) go through the same modes, and through these:
+  wrong-dk      dK and dV not summed over the query heads of a GQA group: only each group's first
+                head counts (a backward bug class of issue 22)
+  dk-per-head   returns dK with one head per query head, the GQA sum not done (a shape flashcheck refuses)
+  no-dq         answers case N ok, with dK and dV written but no dQ
 Case numbers count this process's cases from 1: after a restart, again from 1.
 """
 import argparse
@@ -56,6 +63,8 @@ CAPS = {
     "tile_q": 8,
     "tile_kv": 8,
     "nonfinite_inputs": False,
+    "backward": True,
+    "backward_deterministic": True,  # the same float64 loops in the same order every time
 }
 
 
@@ -111,6 +120,77 @@ def attention(shape, scale, q, k, v):
     return o, lse
 
 
+def attention_backward(shape, scale, q, k, v, do, reduce_gqa=True):
+    """dQ, dK, dV [flat, storage order] of the exact attention in float64,
+    from Q, K, V and dO: P recomputed from the scores (as a framework's
+    autograd does), D_i = sum_j P_ij dP_ij (= dO_i . O_i for the exact O).
+    dK and dV are per K/V head, summed over the query heads of each group;
+    with reduce_gqa False only the group's first head counts (the mutant)."""
+    b_n, hq, hkv = shape.batch, shape.heads_q, shape.heads_kv
+    sq, skv, d, dv = shape.seqlen_q, shape.seqlen_kv, shape.head_dim, shape.head_dim_v
+    bshd = shape.layout == "bshd"
+    group = hq // hkv
+
+    def offset(b, h, s, heads, seq, dim):
+        return (((b * seq + s) * heads + h) if bshd else ((b * heads + h) * seq + s)) * dim
+
+    dq = [0.0] * (b_n * hq * sq * d)
+    dk = [0.0] * (b_n * hkv * skv * d)
+    dvs = [0.0] * (b_n * hkv * skv * dv)
+    for b in range(b_n):
+        for h in range(hq):
+            hk = h // group
+            counts = reduce_gqa or h % group == 0
+            for i in range(sq):
+                qi = offset(b, h, i, hq, sq, d)
+                qrow = q[qi:qi + d]
+                scores = []
+                for j in range(skv):
+                    if visible(shape, i, j):
+                        kj = offset(b, hk, j, hkv, skv, d)
+                        scores.append((j, scale * sum(a * c for a, c in zip(qrow, k[kj:kj + d]))))
+                if not scores:  # a row that sees no key: zero gradients, nothing into dK and dV
+                    continue
+                top = max(s for _, s in scores)
+                total = sum(math.exp(s - top) for _, s in scores)
+                oi = offset(b, h, i, hq, sq, dv)
+                dorow = do[oi:oi + dv]
+                probs = [(j, math.exp(s - top) / total) for j, s in scores]
+                dprobs = {}
+                for j, _ in probs:
+                    vj = offset(b, hk, j, hkv, skv, dv)
+                    dprobs[j] = sum(g * x for g, x in zip(dorow, v[vj:vj + dv]))
+                delta = sum(p * dprobs[j] for j, p in probs)
+                for j, p in probs:
+                    dscore = p * (dprobs[j] - delta)
+                    kj = offset(b, hk, j, hkv, skv, d)
+                    for c in range(d):
+                        dq[qi + c] += scale * dscore * k[kj + c]
+                        if counts:
+                            dk[kj + c] += scale * dscore * qrow[c]
+                    if counts:
+                        vj = offset(b, hk, j, hkv, skv, dv)
+                        for c in range(dv):
+                            dvs[vj + c] += p * dorow[c]
+    return dq, dk, dvs
+
+
+#: One unit in the last place, relative, of each dtype's rounding.
+ULP = {"f32": 2.0 ** -23, "f16": 2.0 ** -10, "bf16": 2.0 ** -7}
+
+
+def check_handed(shape, scale, q, k, v, handed_o, handed_lse):
+    """The O and LSE flashcheck hands a backward are the exact forward's,
+    rounded once (O to the dtype, LSE to f32), in the problem's layout: a
+    layout or row mix-up on flashcheck's side is a failure of the case."""
+    o, lse = attention(shape, scale, q, k, v)
+    for what, got, want, ulp in (("O", handed_o, o, ULP[shape.dtype]), ("LSE", handed_lse, lse, ULP["f32"])):
+        for n, (g, w) in enumerate(zip(got, want)):
+            close = g == w or abs(g - w) <= ulp * abs(w) + 1e-30
+            if not close:
+                raise Failed(f"the handed {what} differs from the exact forward at element {n}: {g!r} against {w!r}")
+
+
 class FakeWorker(Worker):
     """The protocol-level misbehaviours: they bend the package's own answers."""
 
@@ -119,6 +199,8 @@ class FakeWorker(Worker):
     cases = 0
 
     def hello(self, message):
+        if self.mode == "protocol1":  # a worker that predates protocol 2 sees only "protocol": 1
+            message = {key: value for key, value in message.items() if key != "protocols"}
         reply = super().hello(message)
         if self.mode == "bad-protocol" and reply["type"] == "hello":
             reply["protocol"] = 99
@@ -135,6 +217,8 @@ class FakeWorker(Worker):
         if here and self.mode == "bad-status":
             return {"type": "result", "id": message["id"], "status": 5}
         reply = super().answer(message)
+        if here and self.mode == "no-dq" and reply.get("status") == "ok":  # answered ok, dQ gone
+            os.remove(message["outputs"]["dq"])
         if here and self.mode == "wrong-id":
             reply["id"] += 1
         return reply
@@ -182,6 +266,8 @@ def main():
                 os._exit(0)
         start = time.perf_counter()
         scale = shape.softmax_scale * (1.02 if mode == "wrong-scale" else 1.0)
+        if request.backward:
+            return backward(request, scale, start)
         o, lse = attention(shape, scale, request.read("q"), request.read("k"), request.read("v"))
         elapsed = (time.perf_counter() - start) * 1e3
         if request.timing:
@@ -204,6 +290,22 @@ def main():
             npy.write(request.outputs["o"], "<f4", rows, npy.encode(o, "f32"))
             return Result(lse=lse, time_ms=elapsed)
         return Result(o=o, lse=None if mode == "no-lse" and here else lse, time_ms=elapsed)
+
+    def backward(request, scale, start):
+        shape = request.shape
+        dq, dk, dv = attention_backward(shape, scale, request.read("q"), request.read("k"), request.read("v"),
+                                        request.read("do"), reduce_gqa=mode != "wrong-dk")
+        if mode != "wrong-scale":  # recomputed as torch does, and checked: flashcheck hands the right forward
+            check_handed(shape, scale, request.read("q"), request.read("k"), request.read("v"), request.read("o"),
+                         request.read("lse"))
+        elapsed = (time.perf_counter() - start) * 1e3
+        if mode == "dk-per-head":  # one head per query head: the GQA sum not done
+            heads = list(shape.dk_shape)
+            heads[2 if shape.layout == "bshd" else 1] = shape.heads_q
+            npy.write(request.outputs["dk"], npy.DESCR[shape.dtype], heads,
+                      npy.encode([0.0] * math.prod(heads), shape.dtype))
+            return Result(dq=dq, dv=dv, time_ms=elapsed)
+        return Result(dq=dq, dk=dk, dv=dv, time_ms=elapsed)
 
     sys.exit(serve(capabilities, run, worker=FakeWorker))
 

@@ -70,16 +70,77 @@ def test_a_capabilities_function_gets_the_subject_and_its_error_is_the_answer():
 
 
 def test_wrong_protocol_unknown_subject_and_early_runs_are_errors(tmp_path):
-    replies, status = converse([dict(HELLO, protocol=2), dict(HELLO, subject="theirs"), run_request(tmp_path),
+    replies, status = converse([dict(HELLO, protocol=3), dict(HELLO, subject="theirs"), run_request(tmp_path),
                                 "this is not JSON", "[1, 2]", HELLO, {"type": "goodbye", "id": 4}],
                                subjects=["mine"])
     assert status == 0
-    assert replies[0] == {"type": "error", "message": "this worker speaks protocol 1, not 2"}
+    assert replies[0] == {"type": "error", "message": "this worker speaks protocol 1/2, not 3"}
     assert replies[1] == {"type": "error", "message": "unknown subject 'theirs'; this worker serves mine"}
     assert replies[2] == {"type": "result", "id": 1, "status": "error", "message": "a run request before the handshake"}
     assert replies[3] == replies[4] == {"type": "error", "message": "malformed request"}
     assert replies[5]["type"] == "hello"
     assert replies[6] == {"type": "result", "id": 4, "status": "error", "message": "unknown request 'goodbye'"}
+
+
+BACKWARD_CAPS = dict(CAPS, backward=True, backward_deterministic=True)
+
+
+def test_the_newest_shared_protocol_is_answered_and_protocol_1_has_no_backward(capsys):
+    offered = dict(HELLO, protocols=[1, 2])  # what flashcheck 2 sends: "protocol" at its oldest
+    replies, _ = converse([offered, dict(offered, protocols=[1, 2, 7]), HELLO], capabilities=BACKWARD_CAPS)
+    assert [r["protocol"] for r in replies] == [2, 2, 1]
+    assert replies[0]["capabilities"] == BACKWARD_CAPS
+    assert replies[2]["capabilities"] == CAPS  # a version-1 flashcheck would refuse the backward keys
+    assert "left out of the handshake" in capsys.readouterr().err
+
+
+def backward_request(folder, request_id=1, **fields):
+    """A backward request: the forward's inputs, O (0.5), LSE (1.0) and dO (-1, -2, ...)."""
+    request = run_request(folder, request_id, **fields)
+    s = fw.Shape.from_json(request["shape"])
+    for name, dims, dtype, values in (("o", s.o_shape, s.dtype, lambda n: [0.5] * n),
+                                      ("lse", s.lse_shape, "f32", lambda n: [1.0] * n),
+                                      ("do", s.do_shape, s.dtype, lambda n: [-float(i) for i in range(1, n + 1)])):
+        request["inputs"][name] = str(folder / f"{name}.npy")
+        npy.write(request["inputs"][name], npy.DESCR[dtype], dims, npy.encode(values(math.prod(dims)), dtype))
+    request["pass"] = "bwd"
+    request["outputs"] = {name: str(folder / f"{name}.npy") for name in ("dq", "dk", "dv")}
+    return request
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_a_backward_case_reads_o_lse_do_and_writes_dq_dk_dv(tmp_path, layout):
+    request = backward_request(tmp_path, 9, dtype="f16", layout=layout)
+
+    def run(req):
+        assert req.backward
+        assert req.read("o") == [0.5] * 12 and req.read("lse") == [1.0] * 6
+        do = req.read("do")
+        assert do[:3] == [-1.0, -2.0, -3.0]
+        s = req.shape
+        return fw.Result(dq=do, dk=[2.0] * math.prod(s.dk_shape), dv=[3.0] * math.prod(s.dv_shape), time_ms=1.5)
+
+    replies, _ = converse([dict(HELLO, protocols=[1, 2]), request], run, capabilities=BACKWARD_CAPS)
+    assert replies[1]["status"] == "ok", replies[1]
+    dq, dk, dv = (npy.read(request["outputs"][name]) for name in ("dq", "dk", "dv"))
+    heads_kv = (1, 4, 1, 2) if layout == "bshd" else (1, 1, 4, 2)  # one K/V head: the GQA sum is the worker's
+    assert (dq.descr, dk.shape, dv.shape) == ("<f2", heads_kv, heads_kv)
+    assert npy.decode(dq)[:3] == [-1.0, -2.0, -3.0] and npy.decode(dk) == [2.0] * 8
+
+
+def test_a_backward_case_without_dk_or_with_the_query_heads_is_an_error(tmp_path):
+    request = backward_request(tmp_path)
+    full = {"dq": [0.0] * 12, "dk": [0.0] * 8, "dv": [0.0] * 8}
+
+    def run(req):
+        return fw.Result(**dict(full, dk=None)) if req.id == 1 else fw.Result(**dict(full, dv=[0.0] * 16))
+
+    sideways = dict(request, id=3, **{"pass": "sideways"})
+    replies, _ = converse([dict(HELLO, protocols=[1, 2]), request, dict(request, id=2), sideways], run,
+                          capabilities=BACKWARD_CAPS)
+    assert replies[1]["message"] == "ValueError: run_fn returned no dK and wrote none"
+    assert replies[2]["message"] == "ValueError: dV has 16 values, the problem needs [1, 1, 4, 2] = 8"
+    assert replies[3]["message"] == "ValueError: unknown pass 'sideways' (fwd or bwd)"
 
 
 def test_unknown_capability_keys_are_sent_as_declared_for_flashcheck_to_refuse(capsys):

@@ -13,9 +13,9 @@ The protocol is docs/external-subjects.md in flashcheck's repository. The
 package needs only the standard library; NumPy is used when it is installed.
 """
 from .npy import Array
-from .worker import (CAPABILITY_KEYS, PROTOCOL, Failed, Fatal, Hello, Request, Result, Shape, Timing, Unsupported,
-                     Worker, log, serve, write_outputs)
+from .worker import (BACKWARD_KEYS, CAPABILITY_KEYS, PROTOCOL, PROTOCOLS, Failed, Fatal, Hello, Request, Result,
+                     Shape, Timing, Unsupported, Worker, log, serve, write_outputs)
 
-__all__ = ["Array", "CAPABILITY_KEYS", "PROTOCOL", "Failed", "Fatal", "Hello", "Request", "Result", "Shape", "Timing",
-           "Unsupported", "Worker", "log", "serve", "write_outputs"]
+__all__ = ["Array", "BACKWARD_KEYS", "CAPABILITY_KEYS", "PROTOCOL", "PROTOCOLS", "Failed", "Fatal", "Hello", "Request",
+           "Result", "Shape", "Timing", "Unsupported", "Worker", "log", "serve", "write_outputs"]
 __version__ = "0.1.0"

@@ -1,8 +1,9 @@
-"""flashcheck's worker protocol (version 1, docs/external-subjects.md), served.
+"""flashcheck's worker protocol (version 2, docs/external-subjects.md), served.
 
 `serve(capabilities, run_fn)` is a whole worker: it answers the handshake with
 the capabilities, then reads one request per line on stdin, calls `run_fn`
-for each case, writes O and LSE as .npy files and answers on stdout. What
+for each case, writes O and LSE (or, for a backward case, dQ, dK and dV) as
+.npy files and answers on stdout. What
 `run_fn` raises becomes the case's answer: `Unsupported` an `unsupported`
 answer, `Failed` an `error` with its message, `Fatal` an `error` after which
 the worker exits (a sticky CUDA error), and any other exception an `error`
@@ -26,7 +27,16 @@ from typing import IO, Any, Callable, Dict, Iterator, List, Mapping, Optional, S
 
 from . import npy
 
-PROTOCOL = 1
+#: The newest protocol version this package speaks, and every version it
+#: speaks. 2 added the backward pass (`Request.backward`, `Result.dq/dk/dv`,
+#: the capability keys `backward` and `backward_deterministic`); the
+#: handshake answers the newest version that flashcheck offers too.
+PROTOCOL = 2
+PROTOCOLS = (1, 2)
+
+#: The capability keys that need protocol 2; under 1 they are left out of
+#: the handshake (with a note in the log), and no backward case comes.
+BACKWARD_KEYS = frozenset({"backward", "backward_deterministic"})
 
 #: The capability keys flashcheck knows (core/subject.hpp's Capabilities).
 CAPABILITY_KEYS = frozenset({
@@ -34,7 +44,7 @@ CAPABILITY_KEYS = frozenset({
     "head_dim_v_equal", "gqa", "varlen", "lse", "seqlen_q_multiple", "seqlen_kv_multiple", "max_seqlen_q",
     "max_seqlen_kv", "empty_sequences", "nonfinite_inputs", "may_flush_subnormals", "tile_q", "tile_kv",
     "needs_gpu", "min_compute_capability", "compute_dtype", "known_deviations",
-})
+}) | BACKWARD_KEYS
 
 
 class Unsupported(Exception):
@@ -106,6 +116,13 @@ class Shape:
     def lse_shape(self) -> Tuple[int, int, int]:
         return (self.batch, self.heads_q, self.seqlen_q)
 
+    # The backward's gradients have their inputs' shapes: dK and dV per K/V
+    # head (summed over the query heads of a GQA group), dO has O's.
+    dq_shape = q_shape
+    dk_shape = k_shape
+    dv_shape = v_shape
+    do_shape = o_shape
+
 
 @dataclass(frozen=True)
 class Timing:
@@ -119,7 +136,11 @@ class Timing:
 
 @dataclass(frozen=True)
 class Request:
-    """One case. `inputs` and `outputs` map q, k, v and o, lse to .npy paths."""
+    """One case. A forward case (`backward` False) maps q, k, v to the input
+    .npy paths and o, lse to the outputs'. A backward case (protocol 2,
+    `backward` True) adds the inputs o and lse (the forward flashcheck hands
+    over: the f64 oracle's, O rounded to the dtype and LSE to f32) and do
+    (dO, O's shape and dtype), and its outputs are dq, dk and dv."""
 
     id: int
     subject: str
@@ -129,13 +150,14 @@ class Request:
     outputs: Mapping[str, str]
     timing: Optional[Timing]
     message: Mapping[str, Any] = field(repr=False)
+    backward: bool = False
 
     def read(self, name: str) -> List[float]:
-        """Input q, k or v as Python floats, flat in storage order (standard library only)."""
+        """Input q, k, v (o, lse, do) as Python floats, flat in storage order (standard library only)."""
         return npy.decode(self._checked(name))
 
     def load(self, name: str, *, bf16_as_float32: bool = False) -> Any:
-        """Input q, k or v as a NumPy array in storage order. bf16 comes as its
+        """Input q, k, v (o, lse, do) as a NumPy array in storage order. bf16 comes as its
         bit pattern (uint16; in PyTorch: `torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)`),
         or as float32 with `bf16_as_float32`. Needs NumPy."""
         import numpy as np
@@ -150,10 +172,13 @@ class Request:
         if name not in self.inputs:
             raise KeyError(f"no input {name!r} (inputs: {', '.join(self.inputs)})")
         array = npy.read(self.inputs[name])
-        want = {"q": self.shape.q_shape, "k": self.shape.k_shape, "v": self.shape.v_shape}.get(name)
-        if want is not None and (array.shape != want or array.descr != npy.DESCR[self.shape.dtype]):
+        s = self.shape
+        dtype = npy.DESCR[s.dtype]
+        want = {"q": (dtype, s.q_shape), "k": (dtype, s.k_shape), "v": (dtype, s.v_shape), "o": (dtype, s.o_shape),
+                "lse": ("<f4", s.lse_shape), "do": (dtype, s.do_shape)}.get(name)
+        if want is not None and (array.descr, array.shape) != want:
             raise ValueError(f"input {name} is {array.descr} {list(array.shape)}, the problem says "
-                             f"{npy.DESCR[self.shape.dtype]} {list(want)}")
+                             f"{want[0]} {list(want[1])}")
         return array
 
 
@@ -166,6 +191,8 @@ class Result:
     `o` (and `lse`, if the capabilities declare it) in storage order: a NumPy
     array of any float dtype (rounded to the problem's dtype; for bf16 a uint16
     or int16 array is taken as bit patterns), or a flat sequence of floats.
+    A backward case returns `dq`, `dk` and `dv` the same way (dK and dV per
+    K/V head) instead of O and LSE.
     None means that `run_fn` wrote the file at `request.outputs[...]` itself.
     `time_ms` is the worker's own time of the call; a timing request answers
     with `times_ms`, one per repeat, instead of outputs.
@@ -175,6 +202,9 @@ class Result:
     lse: Any = None
     time_ms: Optional[float] = None
     times_ms: Optional[Sequence[float]] = None
+    dq: Any = None
+    dk: Any = None
+    dv: Any = None
 
 
 def _is_numpy(value: Any) -> bool:
@@ -211,8 +241,19 @@ def _to_bytes(values: Any, dtype: str, shape: Tuple[int, ...], what: str) -> byt
 
 
 def write_outputs(request: Request, result: Result) -> None:
-    """Writes the result's O and LSE where the request asks, in the problem's dtype and shape."""
+    """Writes the result's O and LSE (dQ, dK and dV for a backward case) where
+    the request asks, in the problem's dtype and shape."""
     shape = request.shape
+    if request.backward:
+        for name, values, dims in (("dq", result.dq, shape.dq_shape), ("dk", result.dk, shape.dk_shape),
+                                   ("dv", result.dv, shape.dv_shape)):
+            what = "d" + name[1].upper()
+            if values is not None:
+                npy.write(request.outputs[name], npy.DESCR[shape.dtype], dims,
+                          _to_bytes(values, shape.dtype, dims, what))
+            elif not os.path.exists(request.outputs[name]):
+                raise ValueError(f"run_fn returned no {what} and wrote none")
+        return
     if result.o is not None:
         npy.write(request.outputs["o"], npy.DESCR[shape.dtype], shape.o_shape,
                   _to_bytes(result.o, shape.dtype, shape.o_shape, "O"))
@@ -263,6 +304,7 @@ class Worker:
         self.is_fatal = is_fatal or (lambda error: False)
         self.output: IO[str] = output if output is not None else sys.stdout
         self.subject: Optional[str] = None
+        self.protocol: int = PROTOCOL  # the version the handshake agreed on
         self.exit_status: Optional[int] = None
 
     # ---- transport -----------------------------------------------------------
@@ -277,9 +319,17 @@ class Worker:
     def hello(self, message: Mapping[str, Any]) -> Dict[str, Any]:
         """The answer to a hello: the worker's hello, or an error."""
         subject = message.get("subject")
-        if message.get("protocol") != PROTOCOL:
-            return {"type": "error", "message": f"this worker speaks protocol {PROTOCOL}, not "
-                                                f"{message.get('protocol')!r}"}
+        # flashcheck lists every version it speaks in "protocols" and keeps
+        # "protocol" at its oldest (which a version-1 worker checks); the
+        # answer is the newest version both speak.
+        offered = message.get("protocols")
+        if not isinstance(offered, list):
+            offered = [message.get("protocol")]
+        shared = [version for version in PROTOCOLS if version in offered]
+        if not shared:
+            spoken = "/".join(str(version) for version in PROTOCOLS)
+            return {"type": "error", "message": f"this worker speaks protocol {spoken}, not "
+                                                f"{'/'.join(repr(v) for v in offered)}"}
         if not isinstance(subject, str) or (self.subjects is not None and subject not in self.subjects):
             served = ", ".join(self.subjects or ())
             return {"type": "error", "message": f"unknown subject {subject!r}; this worker serves {served}"}
@@ -290,23 +340,32 @@ class Worker:
                 log(traceback.format_exc())
             return {"type": "error", "message": _describe(error)}
         hello = declared if isinstance(declared, Hello) else Hello(dict(declared))
-        unknown = sorted(set(hello.capabilities) - CAPABILITY_KEYS)
+        capabilities = dict(hello.capabilities)
+        unknown = sorted(set(capabilities) - CAPABILITY_KEYS)
         if unknown:  # flashcheck refuses them and names them; a note in the log says where they came from
             log(f"flashcheck_worker: unknown capability key(s) {', '.join(unknown)}: flashcheck will refuse them")
+        self.protocol = max(shared)
+        if self.protocol < 2 and BACKWARD_KEYS & set(capabilities):
+            log("flashcheck_worker: this flashcheck speaks protocol 1, which has no backward pass: "
+                f"{', '.join(sorted(BACKWARD_KEYS & set(capabilities)))} left out of the handshake")
+            capabilities = {key: value for key, value in capabilities.items() if key not in BACKWARD_KEYS}
         self.subject = subject
-        return {"type": "hello", "protocol": PROTOCOL, "subject": subject, "description": hello.description,
-                "version": hello.version, "capabilities": dict(hello.capabilities)}
+        return {"type": "hello", "protocol": self.protocol, "subject": subject, "description": hello.description,
+                "version": hello.version, "capabilities": capabilities}
 
     # ---- a case --------------------------------------------------------------
     def parse(self, message: Mapping[str, Any]) -> Request:
         timing = message.get("timing")
+        kind = message.get("pass", "fwd")
+        if kind not in ("fwd", "bwd"):
+            raise ValueError(f"unknown pass {kind!r} (fwd or bwd)")
         return Request(
             id=message["id"], subject=self.subject or "", problem=str(message.get("problem", "")),
             shape=Shape.from_json(message["shape"]), inputs=dict(message.get("inputs") or {}),
             outputs=dict(message.get("outputs") or {}),
             timing=Timing(int(timing["warmup"]), int(timing["repeats"]), int(timing.get("input_sets", 1)))
             if timing else None,
-            message=message)
+            message=message, backward=kind == "bwd")
 
     def answer(self, message: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
         """The result for a run request (None: nothing to send)."""

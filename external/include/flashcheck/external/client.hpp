@@ -71,8 +71,14 @@ class WorkerClient {
     } catch (const std::runtime_error& error) {
       throw WorkerFailure(error.what());
     }
+    // The negotiation: "protocol" stays the oldest version, which a
+    // version-1 worker checks and answers; "protocols" lists every version
+    // this flashcheck speaks, and a newer worker answers the newest it shares.
+    nlohmann::json versions = nlohmann::json::array();
+    for (int version = kOldestProtocolVersion; version <= kProtocolVersion; ++version) versions.push_back(version);
     const nlohmann::json hello = {{"type", "hello"},
-                                  {"protocol", kProtocolVersion},
+                                  {"protocol", kOldestProtocolVersion},
+                                  {"protocols", versions},
                                   {"subject", spec_.name},
                                   {"flashcheck", "0.1.0"},
                                   {"dir", dir_.string()}};
@@ -80,9 +86,11 @@ class WorkerClient {
     const std::string type = text_of(hello_, "type");
     if (type == "error") fail(fmt::format("refused the handshake: {}", text_of(hello_, "message", cut(hello_.dump()))));
     if (type != "hello") fail(fmt::format("answered the handshake with {}", cut(hello_.dump())));
-    if (!hello_.contains("protocol") || hello_["protocol"] != kProtocolVersion)
-      fail(fmt::format("speaks protocol {}, this flashcheck speaks {}",
-                       hello_.contains("protocol") ? hello_["protocol"].dump() : "(none)", kProtocolVersion));
+    const auto spoken = hello_.find("protocol");
+    if (spoken == hello_.end() || !spoken->is_number_integer() || spoken->get<int>() < kOldestProtocolVersion ||
+        spoken->get<int>() > kProtocolVersion)
+      fail(fmt::format("speaks protocol {}, this flashcheck speaks {} to {}",
+                       spoken != hello_.end() ? spoken->dump() : "(none)", kOldestProtocolVersion, kProtocolVersion));
     if (text_of(hello_, "subject") != spec_.name)
       fail(fmt::format("answered the handshake for subject {}, not '{}'",
                        hello_.contains("subject") ? hello_["subject"].dump() : "(none)", spec_.name));

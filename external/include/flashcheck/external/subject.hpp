@@ -3,7 +3,9 @@
 // in-tree kernel. flashcheck starts the program once as a worker process and
 // speaks the protocol of docs/external-subjects.md with it: a handshake that
 // declares the Capabilities, then one request per case with the inputs in
-// .npy files, one reply with O and LSE in .npy files (or `unsupported`).
+// .npy files, one reply with O and LSE in .npy files (or `unsupported`). A
+// backward request (protocol 2) adds the handed O and LSE and dO to the
+// inputs, and takes dQ, dK and dV back.
 //
 // A worker that crashes, hangs past the watchdog, answers garbage, or returns
 // wrong shapes or dtypes makes that case a recorded `error` (never a harness
@@ -49,6 +51,9 @@ class ExternalSubject : public Subject {
   const Capabilities& capabilities() const override { return caps_; }
   std::string version_info() const override { return version_; }
   RunResult run(const Problem& problem, const Inputs& inputs) override;
+  /// The backward through the worker (protocol 2): Q, K, V, the handed O and
+  /// LSE, and dO in; dQ, dK and dV out, checked for dtype and shape as O is.
+  BackwardResult run_backward(const Problem& problem, const BackwardInputs& inputs) override;
   std::optional<Timing> time(const Problem& problem, const Inputs& inputs, int warmup, int repeats,
                              int input_sets) override;
   /// The start-up limit plus the per-case limit's fixed part: a sweep's
@@ -62,6 +67,7 @@ class ExternalSubject : public Subject {
  private:
   void adopt(const nlohmann::json& hello);
   WorkerSpec spec_;
+  int protocol_ = kOldestProtocolVersion;  // the version the worker answered the handshake with
   nlohmann::json hello_;
   std::string description_, version_, deviations_;
   Capabilities caps_;
