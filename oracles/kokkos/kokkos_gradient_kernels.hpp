@@ -162,32 +162,36 @@ struct GradientTiles {
     return (t.key_flags(e) & kKeyValid) && j >= t.key_begin(r) && j < t.key_end(r);
   }
 
+  /// One micro-tile of out = rows keys^T: kMicroRows rows (strided by
+  /// row_groups) by kMicroKeys keys (strided by key_groups), over dim columns.
+  KOKKOS_INLINE_FUNCTION void dot_tile(const Tile& t, const DeviceArray<const double, 4>& rows,
+                                       const DeviceArray<const double, 4>& keys, std::int64_t dim, std::int64_t b,
+                                       std::int64_t h, std::int64_t hk, std::int64_t row_group, std::int64_t key_group,
+                                       const ScratchArray<double>& out) const {
+    const double* row_at[kMicroRows];
+    const double* key_at[kMicroKeys];
+    for (std::int64_t a = 0; a < kMicroRows; ++a) row_at[a] = &rows(b, h, t.row_position(row_group + a * row_groups), 0);
+    for (std::int64_t e = 0; e < kMicroKeys; ++e) key_at[e] = &keys(b, hk, t.key_position(key_group + e * key_groups), 0);
+    double dot[kMicroRows][kMicroKeys] = {};
+    for (std::int64_t c = 0; c < dim; ++c) {
+      double row_value[kMicroRows], key_value[kMicroKeys];
+      for (std::int64_t a = 0; a < kMicroRows; ++a) row_value[a] = row_at[a][c];
+      for (std::int64_t e = 0; e < kMicroKeys; ++e) key_value[e] = key_at[e][c];
+      for (std::int64_t a = 0; a < kMicroRows; ++a)
+        for (std::int64_t e = 0; e < kMicroKeys; ++e) dot[a][e] += row_value[a] * key_value[e];
+    }
+    for (std::int64_t a = 0; a < kMicroRows; ++a)
+      for (std::int64_t e = 0; e < kMicroKeys; ++e)
+        out((row_group + a * row_groups) * s_stride + key_group + e * key_groups) = dot[a][e];
+  }
+
   /// Phase A: p = Q K^T (unscaled) and ds = dO V^T over the whole tile.
   KOKKOS_INLINE_FUNCTION void logits_and_dp(const Team& team, const Tile& t, std::int64_t b, std::int64_t h,
                                             std::int64_t hk) const {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, row_groups * key_groups), [&](const std::int64_t item) {
       const std::int64_t row_group = item / key_groups, key_group = item % key_groups;
-      for (int pass = 0; pass < 2; ++pass) {
-        const DeviceArray<const double, 4>& rows = pass == 0 ? in.q : in.dout;
-        const DeviceArray<const double, 4>& keys = pass == 0 ? in.k : in.v;
-        const std::int64_t dim = pass == 0 ? in.g.head_dim : in.g.head_dim_v;
-        const double* row_at[kMicroRows];
-        const double* key_at[kMicroKeys];
-        for (std::int64_t a = 0; a < kMicroRows; ++a) row_at[a] = &rows(b, h, t.row_position(row_group + a * row_groups), 0);
-        for (std::int64_t e = 0; e < kMicroKeys; ++e) key_at[e] = &keys(b, hk, t.key_position(key_group + e * key_groups), 0);
-        double dot[kMicroRows][kMicroKeys] = {};
-        for (std::int64_t c = 0; c < dim; ++c) {
-          double row_value[kMicroRows], key_value[kMicroKeys];
-          for (std::int64_t a = 0; a < kMicroRows; ++a) row_value[a] = row_at[a][c];
-          for (std::int64_t e = 0; e < kMicroKeys; ++e) key_value[e] = key_at[e][c];
-          for (std::int64_t a = 0; a < kMicroRows; ++a)
-            for (std::int64_t e = 0; e < kMicroKeys; ++e) dot[a][e] += row_value[a] * key_value[e];
-        }
-        const ScratchArray<double>& out = pass == 0 ? t.p : t.ds;
-        for (std::int64_t a = 0; a < kMicroRows; ++a)
-          for (std::int64_t e = 0; e < kMicroKeys; ++e)
-            out((row_group + a * row_groups) * s_stride + key_group + e * key_groups) = dot[a][e];
-      }
+      dot_tile(t, in.q, in.k, in.g.head_dim, b, h, hk, row_group, key_group, t.p);
+      dot_tile(t, in.dout, in.v, in.g.head_dim_v, b, h, hk, row_group, key_group, t.ds);
     });
   }
 
@@ -303,7 +307,7 @@ struct KeyBlockGradients : GradientTiles<Space> {
       const std::int64_t col_groups = for_dv ? cols_v : cols_k, dim = for_dv ? in.g.head_dim_v : in.g.head_dim;
       const DeviceArray<double, 4>& out = for_dv ? dv : dk;
       const DeviceArray<const double, 4>& rows = for_dv ? in.dout : in.q;
-      const auto& weights = for_dv ? t.p : t.ds;
+      const double* weights = for_dv ? t.p.data() : t.ds.data();
       const int finite_bit = for_dv ? Base::kDoutFinite : Base::kQFinite;
       std::int64_t column[kMicroCols];
       for (std::int64_t c = 0; c < kMicroCols; ++c) {
@@ -323,7 +327,7 @@ struct KeyBlockGradients : GradientTiles<Space> {
           accumulator[e][c] = active[e] ? out(b, hk, first + key_group + e * key_groups, column[c]) : 0.0;
       for (std::int64_t r = 0; r < rows_here; ++r) {
         double weight[kMicroKeys], value[kMicroCols];
-        for (std::int64_t e = 0; e < kMicroKeys; ++e) weight[e] = weights(r * s_stride + key_group + e * key_groups);
+        for (std::int64_t e = 0; e < kMicroKeys; ++e) weight[e] = weights[r * s_stride + key_group + e * key_groups];
         const double* row = &rows(b, h, t.row_position(r), 0);
         for (std::int64_t c = 0; c < kMicroCols; ++c) value[c] = row[column[c]];
         if (t.row_flags(r) & finite_bit) {
