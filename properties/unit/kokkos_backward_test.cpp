@@ -278,5 +278,31 @@ TEST(KokkosGradients, DeviceAgreesWithCpuF64OnEveryRow) {
   EXPECT_EQ(again.dv, device.dv);
 }
 
+// The device kernels on every problem of the triangulation, with tiles that
+// divide nothing and teams of 32 and 96 threads, within the bound of cpu_f64
+// (not bitwise the host's: the GPU's FMAs and exp differ). Small enough for
+// compute-sanitizer's racecheck and memcheck.
+// SKIPPED without a CUDA Kokkos or a GPU.
+TEST(KokkosGradients, DeviceAgreesWithCpuF64OnTheTriangulationProblems) {
+  if (!kokkos_device_available()) GTEST_SKIP() << "no CUDA Kokkos built in, or no GPU";
+  for (const Problem& p : triangulation_problems()) {
+    SCOPED_TRACE(to_line(p));
+    const Inputs in = generate_inputs(p);
+    const HostTensor dout = generate_dout(p);
+    const GradientRows want = cpu_f64_gradients(p, in, dout, all_rows(p), all_key_rows(p));
+    const GradientRows bound = sum_of(gradient_error_bound(p, in, dout, SoftmaxOrder::two_pass),
+                                      gradient_error_bound(p, in, dout, SoftmaxOrder::online_with_lse));
+    for (const KokkosTiling& tiling : {KokkosTiling{}, KokkosTiling{7, 5, 32}, KokkosTiling{16, 64, 96}}) {
+      SCOPED_TRACE("tiling Br " + std::to_string(tiling.rows_per_team) + " Bc " + std::to_string(tiling.key_tile) +
+                   " team " + std::to_string(tiling.team_size));
+      const GradientRows got =
+          kokkos_gradients(p, in, dout, all_rows(p), all_key_rows(p), tiling, KokkosSpace::device);
+      expect_within("dQ", agree(got.dq, want.dq, bound.dq));
+      expect_within("dK", agree(got.dk, want.dk, bound.dk));
+      expect_within("dV", agree(got.dv, want.dv, bound.dv));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace flashcheck
