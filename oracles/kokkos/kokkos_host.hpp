@@ -1,7 +1,8 @@
 // The Kokkos references' host side, shared by the forward (kokkos_reference.cpp)
 // and the backward (kokkos_backward.cpp): the runtime, the mask and dtype codes,
 // inputs staged in the execution space's memory (raw storage copied, then
-// decoded there), per-row finiteness marks and the per-sequence lengths. A
+// decoded there), per-row finiteness marks, the per-sequence lengths, and the
+// forward kernel made and its tiling fitted to the team scratch. A
 // private header of oracles/kokkos: it includes Kokkos, and is compiled as
 // CUDA with a CUDA Kokkos.
 #pragma once

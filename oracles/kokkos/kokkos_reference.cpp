@@ -1,7 +1,7 @@
-// The Kokkos reference's host side: the runtime, the inputs staged in the
-// execution space's memory (raw storage copied, then decoded there), the
-// kernel of kokkos_attention.hpp launched on the space asked for, and the
-// results copied back.
+// The Kokkos reference's host side: the kernels of kokkos_attention.hpp
+// launched on the space asked for, over inputs staged in its memory
+// (kokkos_host.hpp: the runtime, the staging and the tiling, shared with the
+// gradients of kokkos_backward.cpp), and the results copied back.
 #include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
 
 #include <Kokkos_Core.hpp>
