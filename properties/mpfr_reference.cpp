@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <vector>
 
 #ifdef FLASHCHECK_HAVE_MPFR
 #include <mpfr.h>
@@ -14,6 +15,9 @@ namespace flashcheck {
 
 bool mpfr_available() { return false; }
 MpfrAttention mpfr_attention(const Problem&, const Inputs&) {
+  throw std::runtime_error("MPFR is not available: install libmpfr-dev");
+}
+GradientRows mpfr_gradients(const Problem&, const Inputs&, const HostTensor&) {
   throw std::runtime_error("MPFR is not available: install libmpfr-dev");
 }
 
@@ -104,6 +108,103 @@ MpfrAttention mpfr_attention(const Problem& p, const Inputs& in) {
         result.rows.lse[result.rows.index(b, h, i)] = term.to_double();
       }
     }
+  return result;
+}
+
+GradientRows mpfr_gradients(const Problem& p, const Inputs& in, const HostTensor& dout) {
+  GradientRows result(p, all_rows(p), all_key_rows(p));
+  const std::int64_t d = p.head_dim, dv = p.head_dim_v;
+  Big scale(p.softmax_scale), product, maximum, shifted, sum, delta, difference, term;
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    const std::int64_t lq = p.len_q(b), lk = p.len_kv(b);
+    for (std::int64_t hk = 0; hk < p.heads_kv; ++hk) {
+      // dK and dV of this K/V head, summed over its group's heads and every row.
+      std::vector<Big> dk(static_cast<std::size_t>(lk * d)), dvalue(static_cast<std::size_t>(lk * dv));
+      for (Big& x : dk) mpfr_set_zero(x.get(), 1);
+      for (Big& x : dvalue) mpfr_set_zero(x.get(), 1);
+      for (std::int64_t h = hk * p.group_size(); h < (hk + 1) * p.group_size(); ++h)
+        for (std::int64_t i = 0; i < lq; ++i) {
+          std::vector<std::int64_t> keys;
+          for (std::int64_t j = 0; j < lk; ++j)
+            if (sees(p, i, j, lq, lk)) keys.push_back(j);
+          if (keys.empty()) continue;  // fully masked: no gradient, no contribution
+          const std::size_t n = keys.size();
+          // S = scale Q K^T and its maximum; P = exp(S - max) / sum.
+          std::vector<Big> prob(n), dprob(n), ds(n);
+          mpfr_set_inf(maximum.get(), -1);
+          for (std::size_t t = 0; t < n; ++t) {
+            mpfr_set_zero(prob[t].get(), 1);
+            for (std::int64_t c = 0; c < d; ++c) {
+              Big qc(in.q.get(b, h, i, c)), kc(in.k.get(b, hk, keys[t], c));
+              mpfr_mul(product.get(), qc.get(), kc.get(), MPFR_RNDN);
+              mpfr_add(prob[t].get(), prob[t].get(), product.get(), MPFR_RNDN);
+            }
+            mpfr_mul(prob[t].get(), prob[t].get(), scale.get(), MPFR_RNDN);
+            mpfr_max(maximum.get(), maximum.get(), prob[t].get(), MPFR_RNDN);
+          }
+          mpfr_set_zero(sum.get(), 1);
+          for (std::size_t t = 0; t < n; ++t) {
+            mpfr_sub(shifted.get(), prob[t].get(), maximum.get(), MPFR_RNDN);
+            mpfr_exp(prob[t].get(), shifted.get(), MPFR_RNDN);
+            mpfr_add(sum.get(), sum.get(), prob[t].get(), MPFR_RNDN);
+          }
+          for (std::size_t t = 0; t < n; ++t) mpfr_div(prob[t].get(), prob[t].get(), sum.get(), MPFR_RNDN);
+          // D = rowsum(dO o O) with O = P V; dP = dO V^T.
+          mpfr_set_zero(delta.get(), 1);
+          for (std::int64_t c = 0; c < dv; ++c) {
+            Big o, grad(dout.get(b, h, i, c));
+            mpfr_set_zero(o.get(), 1);
+            for (std::size_t t = 0; t < n; ++t) {
+              Big vc(in.v.get(b, hk, keys[t], c));
+              mpfr_mul(product.get(), prob[t].get(), vc.get(), MPFR_RNDN);
+              mpfr_add(o.get(), o.get(), product.get(), MPFR_RNDN);
+            }
+            mpfr_mul(product.get(), grad.get(), o.get(), MPFR_RNDN);
+            mpfr_add(delta.get(), delta.get(), product.get(), MPFR_RNDN);
+          }
+          for (std::size_t t = 0; t < n; ++t) {
+            mpfr_set_zero(dprob[t].get(), 1);
+            for (std::int64_t c = 0; c < dv; ++c) {
+              Big grad(dout.get(b, h, i, c)), vc(in.v.get(b, hk, keys[t], c));
+              mpfr_mul(product.get(), grad.get(), vc.get(), MPFR_RNDN);
+              mpfr_add(dprob[t].get(), dprob[t].get(), product.get(), MPFR_RNDN);
+            }
+            // dS = P (dP - D), then scale dS for dQ and dK.
+            mpfr_sub(difference.get(), dprob[t].get(), delta.get(), MPFR_RNDN);
+            mpfr_mul(ds[t].get(), prob[t].get(), difference.get(), MPFR_RNDN);
+            mpfr_mul(ds[t].get(), ds[t].get(), scale.get(), MPFR_RNDN);
+          }
+          // dQ_i = sum_j (scale dS_ij) K_j, rounded once.
+          for (std::int64_t c = 0; c < d; ++c) {
+            mpfr_set_zero(term.get(), 1);
+            for (std::size_t t = 0; t < n; ++t) {
+              Big kc(in.k.get(b, hk, keys[t], c));
+              mpfr_mul(product.get(), ds[t].get(), kc.get(), MPFR_RNDN);
+              mpfr_add(term.get(), term.get(), product.get(), MPFR_RNDN);
+            }
+            result.dq_row(b, h, i)[c] = term.to_double();
+          }
+          // dK_j += (scale dS_ij) Q_i; dV_j += P_ij dO_i.
+          for (std::size_t t = 0; t < n; ++t) {
+            const std::int64_t j = keys[t];
+            for (std::int64_t c = 0; c < d; ++c) {
+              Big qc(in.q.get(b, h, i, c));
+              mpfr_mul(product.get(), ds[t].get(), qc.get(), MPFR_RNDN);
+              mpfr_add(dk[j * d + c].get(), dk[j * d + c].get(), product.get(), MPFR_RNDN);
+            }
+            for (std::int64_t c = 0; c < dv; ++c) {
+              Big grad(dout.get(b, h, i, c));
+              mpfr_mul(product.get(), prob[t].get(), grad.get(), MPFR_RNDN);
+              mpfr_add(dvalue[j * dv + c].get(), dvalue[j * dv + c].get(), product.get(), MPFR_RNDN);
+            }
+          }
+        }
+      for (std::int64_t j = 0; j < lk; ++j) {
+        for (std::int64_t c = 0; c < d; ++c) result.dk_row(b, hk, j)[c] = dk[j * d + c].to_double();
+        for (std::int64_t c = 0; c < dv; ++c) result.dv_row(b, hk, j)[c] = dvalue[j * dv + c].to_double();
+      }
+    }
+  }
   return result;
 }
 

@@ -1,6 +1,8 @@
-// The Kokkos reference in a build without Kokkos: it reports itself absent.
+// The Kokkos references (forward and gradients) in a build without Kokkos:
+// they report themselves absent.
 #include <stdexcept>
 
+#include "flashcheck/oracles/kokkos/kokkos_backward.hpp"
 #include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
 
 namespace flashcheck {
@@ -19,6 +21,13 @@ AttentionRows kokkos_reference(const Problem&, const Inputs&, const RowSet&, Acc
 
 AttentionRows kokkos_baseline(const Problem&, const Inputs&, const RowSet&, DType, KokkosSpace) {
   throw std::runtime_error("the Kokkos baseline is not built: install libtrilinos-kokkos-dev or set Kokkos_ROOT");
+}
+
+KokkosTiling kokkos_fitted_gradient_tiling(const Problem&, KokkosTiling tiling, KokkosSpace) { return tiling; }
+
+GradientRows kokkos_gradients(const Problem&, const Inputs&, const HostTensor&, const RowSet&, const RowSet&, KokkosTiling,
+                              KokkosSpace) {
+  throw std::runtime_error("the Kokkos gradient reference is not built: install libtrilinos-kokkos-dev or set Kokkos_ROOT");
 }
 
 }  // namespace flashcheck

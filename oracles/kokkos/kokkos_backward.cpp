@@ -1,0 +1,213 @@
+// The Kokkos gradient reference's host side: Q, K, V and dO staged in the
+// space's memory and decoded to f64; the f64 forward (the forward reference's
+// online-softmax kernel) for O and LSE on every query row; D = rowsum(dO o O);
+// the two gradient kernels of kokkos_gradient_kernels.hpp; the gradients
+// copied back into GradientRows.
+#include "flashcheck/oracles/kokkos/kokkos_backward.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "flashcheck/oracles/kokkos/kokkos_attention.hpp"
+#include "kokkos_gradient_kernels.hpp"
+#include "kokkos_host.hpp"
+
+namespace flashcheck {
+namespace {
+
+namespace ka = kokkos_attention;
+using namespace kokkos_host;
+
+template <class Space>
+using DeviceRows = Kokkos::View<double****, Kokkos::LayoutRight, Space>;
+
+// A sorted row set in the space's memory.
+template <class Space>
+Kokkos::View<std::int64_t*, Space> positions(const RowSet& rows, const char* label) {
+  Kokkos::View<std::int64_t*, Space> view(std::string(label), extent(rows.size()));
+  auto host = Kokkos::create_mirror_view(view);
+  for (std::int64_t r = 0; r < rows.size(); ++r) host(r) = rows.rows[r];
+  Kokkos::deep_copy(view, host);
+  return view;
+}
+
+template <class Space>
+ka::GradientTiles<Space> tiles_for(const Problem& p, KokkosTiling tiling) {
+  ka::GradientTiles<Space> tiles;
+  tiles.in.g = {p.batch, p.heads_q, p.heads_kv, p.group_size(), p.seqlen_q, p.seqlen_kv, p.head_dim, p.head_dim_v};
+  tiles.tile_rows = tiling.rows_per_team;
+  tiles.tile_keys = tiling.key_tile;
+  tiles.prepare_tiles();
+  return tiles;
+}
+
+template <class Space>
+KokkosTiling fit_gradients(const Problem& p, KokkosTiling tiling) {
+  if (tiling.rows_per_team < 1 || tiling.rows_per_team > kMaxTile || tiling.key_tile < 1 ||
+      tiling.key_tile > kMaxTile || tiling.team_size < 0)
+    throw std::invalid_argument("Kokkos tiling: rows_per_team and key_tile must be in [1, " + text(kMaxTile) +
+                                "], team_size >= 0");
+  if (tiling.team_size == 0)
+    tiling.team_size = std::is_same_v<Space, Kokkos::DefaultHostExecutionSpace> ? 1 : kGpuTeamSize;
+  const auto limit = static_cast<std::size_t>(Kokkos::TeamPolicy<Space>::scratch_size_max(0));
+  while (tiles_for<Space>(p, tiling).scratch_bytes() > limit) {
+    if (tiling.rows_per_team > 4) tiling.rows_per_team /= 2;
+    else if (tiling.key_tile > 4) tiling.key_tile /= 2;
+    else
+      throw std::invalid_argument("Kokkos tiling: no gradient tile fits the team scratch (" +
+                                  text(static_cast<std::int64_t>(limit)) + " bytes)");
+  }
+  return tiling;
+}
+
+// Per row of a decoded tensor: whether it is all finite.
+template <class Space>
+Kokkos::View<int*, Space> finite_rows(const DeviceRows<Space>& tensor, const char* label) {
+  Kokkos::View<int*, Space> finite(std::string(label), extent(tensor.extent(0) * tensor.extent(1) * tensor.extent(2)));
+  Kokkos::parallel_for("flashcheck::kokkos::finite_rows", Kokkos::RangePolicy<Space>(0, finite.size()),
+                       MarkFiniteRows<Space, double>{ka::device_array<const double>(tensor), ka::device_array<int>(finite)});
+  return finite;
+}
+
+// Runs a team kernel with the tiling's team size (or the most the kernel allows).
+template <class Space, class Kernel>
+void launch(const char* label, const Kernel& kernel, std::int64_t team_size) {
+  if (kernel.league_size() == 0) return;
+  Kokkos::TeamPolicy<Space> policy(kernel.league_size(), static_cast<int>(team_size));
+  const int team_max = policy.team_size_max(kernel, Kokkos::ParallelForTag());
+  if (team_size > team_max) policy = Kokkos::TeamPolicy<Space>(kernel.league_size(), team_max);
+  policy.set_scratch_size(0, Kokkos::PerTeam(kernel.scratch_bytes()));
+  Kokkos::parallel_for(label, policy, kernel);
+}
+
+template <class Space>
+GradientRows algorithm2(const Problem& p, const Inputs& in, const HostTensor& dout, const RowSet& q_rows,
+                        const RowSet& kv_rows, KokkosTiling requested) {
+  const KokkosTiling tiling = fit_gradients<Space>(p, requested);
+  GradientRows out(p, q_rows, kv_rows);
+  if (p.batch == 0 || (q_rows.size() == 0 && kv_rows.size() == 0)) return out;
+
+  // Every query row's forward, whatever rows are asked for: dK and dV sum over all of them.
+  const RowSet every = all_rows(p);
+  const RowGeometry<Space> geometry(p, every);
+  const auto q = stage<Space, double>(in.q, "q", {}, p.seqlen_q);
+  const auto k = stage<Space, double>(in.k, "k", {}, p.seqlen_kv);
+  const auto v = stage<Space, double>(in.v, "v", {}, p.seqlen_kv);
+  const auto dout_rows = stage<Space, double>(dout, "dout", {}, p.seqlen_q);
+  const auto q_finite = finite_rows<Space>(q, "q_finite"), k_finite = finite_rows<Space>(k, "k_finite"),
+             v_finite = finite_rows<Space>(v, "v_finite"), dout_finite = finite_rows<Space>(dout_rows, "dout_finite");
+
+  // 1. O and LSE in f64 by the forward reference's kernel (online softmax).
+  const KokkosTiling forward_tiling = fit<Space, double>(p, KokkosTiling{});
+  auto forward = make_kernel<Space, double>(p, p.seqlen_q, forward_tiling);
+  forward.q = ka::device_array<const double>(q);
+  forward.k = ka::device_array<const double>(k);
+  forward.v = ka::device_array<const double>(v);
+  forward.v_row_finite = ka::device_array<const int>(v_finite);
+  forward.position = ka::device_array<const std::int64_t>(geometry.position);
+  forward.len_q = ka::device_array<const std::int64_t>(geometry.len_q);
+  forward.len_kv = ka::device_array<const std::int64_t>(geometry.len_kv);
+  const DeviceRows<Space> o("o", extent(p.batch), extent(p.heads_q), extent(p.seqlen_q), extent(p.head_dim_v));
+  const Kokkos::View<double***, Kokkos::LayoutRight, Space> lse("lse", extent(p.batch), extent(p.heads_q),
+                                                                extent(p.seqlen_q));
+  forward.o = ka::device_array<double>(o);
+  forward.lse = ka::device_array<double>(lse);
+  launch<Space>("flashcheck::kokkos::gradient_forward", forward, forward_tiling.team_size);
+
+  // 2. D = rowsum(dO o O).
+  const Kokkos::View<double***, Kokkos::LayoutRight, Space> delta("delta", extent(p.batch), extent(p.heads_q),
+                                                                  extent(p.seqlen_q));
+  Kokkos::parallel_for("flashcheck::kokkos::row_delta", Kokkos::RangePolicy<Space>(0, delta.size()),
+                       ka::RowDelta<Space>{ka::device_array<const double>(dout_rows), ka::device_array<const double>(o),
+                                           ka::device_array<double>(delta)});
+
+  ka::GradientOperands operands;
+  operands.q = ka::device_array<const double>(q);
+  operands.dout = ka::device_array<const double>(dout_rows);
+  operands.k = ka::device_array<const double>(k);
+  operands.v = ka::device_array<const double>(v);
+  operands.lse = ka::device_array<const double>(lse);
+  operands.delta = ka::device_array<const double>(delta);
+  operands.q_finite = ka::device_array<const int>(q_finite);
+  operands.dout_finite = ka::device_array<const int>(dout_finite);
+  operands.k_finite = ka::device_array<const int>(k_finite);
+  operands.v_finite = ka::device_array<const int>(v_finite);
+  operands.len_q = ka::device_array<const std::int64_t>(geometry.len_q);
+  operands.len_kv = ka::device_array<const std::int64_t>(geometry.len_kv);
+  operands.g = tiles_for<Space>(p, tiling).in.g;
+  operands.mask = mask_spec(p);
+  operands.scale = p.softmax_scale;
+
+  // 3. dK and dV: a team per block of key rows.
+  const auto kv_position = positions<Space>(kv_rows, "kv_position");
+  const DeviceRows<Space> dk("dk", extent(p.batch), extent(p.heads_kv), extent(kv_rows.size()), extent(p.head_dim));
+  const DeviceRows<Space> dv("dv", extent(p.batch), extent(p.heads_kv), extent(kv_rows.size()), extent(p.head_dim_v));
+  if (kv_rows.size() > 0) {
+    ka::KeyBlockGradients<Space> key_blocks;
+    key_blocks.in = operands;
+    key_blocks.tile_rows = tiling.rows_per_team;
+    key_blocks.tile_keys = tiling.key_tile;
+    key_blocks.kv_position = ka::device_array<const std::int64_t>(kv_position);
+    key_blocks.dk = ka::device_array<double>(dk);
+    key_blocks.dv = ka::device_array<double>(dv);
+    key_blocks.prepare();
+    launch<Space>("flashcheck::kokkos::key_block_gradients", key_blocks, tiling.team_size);
+  }
+
+  // 4. dQ: a team per block of query rows.
+  const auto q_position = positions<Space>(q_rows, "q_position");
+  const DeviceRows<Space> dq("dq", extent(p.batch), extent(p.heads_q), extent(q_rows.size()), extent(p.head_dim));
+  if (q_rows.size() > 0) {
+    ka::QueryBlockGradient<Space> query_blocks;
+    query_blocks.in = operands;
+    query_blocks.tile_rows = tiling.rows_per_team;
+    query_blocks.tile_keys = tiling.key_tile;
+    query_blocks.q_position = ka::device_array<const std::int64_t>(q_position);
+    query_blocks.dq = ka::device_array<double>(dq);
+    query_blocks.prepare();
+    launch<Space>("flashcheck::kokkos::query_block_gradient", query_blocks, tiling.team_size);
+  }
+  Kokkos::fence();
+
+  // GradientRows has the kernels' order: [b][h][row][d or dv].
+  using HostRows = Kokkos::View<double****, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+  Kokkos::deep_copy(HostRows(out.dq.data(), extent(p.batch), extent(p.heads_q), extent(q_rows.size()), extent(p.head_dim)), dq);
+  Kokkos::deep_copy(HostRows(out.dk.data(), extent(p.batch), extent(p.heads_kv), extent(kv_rows.size()), extent(p.head_dim)), dk);
+  Kokkos::deep_copy(HostRows(out.dv.data(), extent(p.batch), extent(p.heads_kv), extent(kv_rows.size()), extent(p.head_dim_v)),
+                    dv);
+  return out;
+}
+
+// Every kernel holds DeviceArrays, never a View (kokkos_attention.hpp says why).
+template <class Space>
+constexpr bool gradient_kernels_hold_no_view =
+    std::is_trivially_copyable_v<ka::KeyBlockGradients<Space>> &&
+    std::is_trivially_copyable_v<ka::QueryBlockGradient<Space>> && std::is_trivially_copyable_v<ka::RowDelta<Space>>;
+static_assert(gradient_kernels_hold_no_view<Kokkos::DefaultHostExecutionSpace>, "a Kokkos gradient kernel holds a View");
+#ifdef KOKKOS_ENABLE_CUDA
+static_assert(gradient_kernels_hold_no_view<Kokkos::Cuda>, "a Kokkos gradient kernel holds a View");
+#endif
+
+}  // namespace
+
+KokkosTiling kokkos_fitted_gradient_tiling(const Problem& problem, KokkosTiling tiling, KokkosSpace space) {
+  require_runtime(space);
+#ifdef KOKKOS_ENABLE_CUDA
+  if (space == KokkosSpace::device) return fit_gradients<Kokkos::Cuda>(problem, tiling);
+#endif
+  return fit_gradients<Kokkos::DefaultHostExecutionSpace>(problem, tiling);
+}
+
+GradientRows kokkos_gradients(const Problem& problem, const Inputs& inputs, const HostTensor& dout,
+                              const RowSet& q_rows, const RowSet& kv_rows, KokkosTiling tiling, KokkosSpace space) {
+  require_runtime(space);
+#ifdef KOKKOS_ENABLE_CUDA
+  if (space == KokkosSpace::device) return algorithm2<Kokkos::Cuda>(problem, inputs, dout, q_rows, kv_rows, tiling);
+#endif
+  return algorithm2<Kokkos::DefaultHostExecutionSpace>(problem, inputs, dout, q_rows, kv_rows, tiling);
+}
+
+}  // namespace flashcheck

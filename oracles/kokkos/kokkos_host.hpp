@@ -1,0 +1,228 @@
+// The Kokkos references' host side, shared by the forward (kokkos_reference.cpp)
+// and the backward (kokkos_backward.cpp): the runtime, the mask and dtype codes,
+// inputs staged in the execution space's memory (raw storage copied, then
+// decoded there), per-row finiteness marks, the per-sequence lengths, and the
+// forward kernel made and its tiling fitted to the team scratch. A
+// private header of oracles/kokkos: it includes Kokkos, and is compiled as
+// CUDA with a CUDA Kokkos.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "flashcheck/core/tensor.hpp"
+#include "flashcheck/oracles/kokkos/kokkos_attention.hpp"
+#include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
+
+namespace flashcheck::kokkos_host {
+
+namespace ka = kokkos_attention;
+
+// View extents as size_t: Kokkos 4's mdspan-based View rejects signed extents under nvcc.
+inline std::size_t extent(std::int64_t n) { return static_cast<std::size_t>(n); }
+
+// (No fmt here: its compile-time format strings do not compile under nvcc.)
+inline std::string text(std::int64_t n) { return std::to_string(n); }
+
+// Kokkos is initialised once per process, on first use, and finalised at exit.
+class KokkosRuntime {
+ public:
+  static void ensure() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      if (!Kokkos::is_initialized()) {
+#if KOKKOS_VERSION >= 30700
+        Kokkos::InitializationSettings settings;
+        settings.set_disable_warnings(true);
+        Kokkos::initialize(settings);
+#else
+        Kokkos::InitArguments arguments;
+        arguments.disable_warnings = true;
+        Kokkos::initialize(arguments);
+#endif
+        static KokkosRuntime guard;  // destroyed at exit: finalises
+      }
+    });
+  }
+  ~KokkosRuntime() {
+    if (Kokkos::is_initialized()) Kokkos::finalize();
+  }
+
+ private:
+  KokkosRuntime() = default;
+};
+
+inline bool gpu_present() {
+#ifdef KOKKOS_ENABLE_CUDA
+  int devices = 0;
+  return cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+#else
+  return false;
+#endif
+}
+
+inline ka::MaskSpec mask_spec(const Problem& p) {
+  ka::MaskSpec mask;
+  switch (p.mask) {
+    case MaskKind::none: mask.kind = ka::MaskCode::none; break;
+    case MaskKind::causal_tl: mask.kind = ka::MaskCode::causal_tl; break;
+    case MaskKind::causal_br: mask.kind = ka::MaskCode::causal_br; break;
+    case MaskKind::window: mask.kind = ka::MaskCode::window; break;
+  }
+  mask.left = p.window_left;
+  mask.right = p.window_right;
+  return mask;
+}
+
+inline ka::StorageCode storage_code(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return ka::StorageCode::f32;
+    case DType::f16: return ka::StorageCode::f16;
+    case DType::bf16: return ka::StorageCode::bf16;
+  }
+  throw std::invalid_argument("Kokkos reference: unknown storage dtype");
+}
+
+// Decodes a raw [batch, heads, seq, dim] tensor (bhsd or bshd, f32 or 16-bit
+// bits) into `out` [batch][heads][rows][dim], row r taken from position(r)
+// (every position when `position` is empty).
+template <class Space, class Acc>
+struct DecodeTensor {
+  ka::DeviceArray<Acc, 4> out;
+  ka::DeviceArray<const std::uint16_t, 1> half_bits;
+  ka::DeviceArray<const float, 1> single;
+  ka::DeviceArray<const std::int64_t, 1> position;  // empty: row r is position r
+  ka::StorageCode code;
+  bool bshd;
+  std::int64_t heads, seqlen, dim;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t index) const {
+    const std::int64_t rows = out.extent(2);
+    const std::int64_t c = index % dim, r = index / dim % rows, h = index / (dim * rows) % heads,
+                       b = index / (dim * rows * heads);
+    const std::int64_t s = position.extent(0) > 0 ? position(r) : r;
+    const std::int64_t at = bshd ? ((b * seqlen + s) * heads + h) * dim + c : ((b * heads + h) * seqlen + s) * dim + c;
+    const double value = code == ka::StorageCode::f32 ? static_cast<double>(single(at))
+                                                      : ka::decode_half(code, half_bits(at));
+    out(b, h, r, c) = static_cast<Acc>(value);
+  }
+};
+
+// Per (batch, kv head, key): whether that V row is all finite.
+template <class Space, class Acc>
+struct MarkFiniteRows {
+  ka::DeviceArray<const Acc, 4> v;
+  ka::DeviceArray<int, 1> finite;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t index) const {
+    const std::int64_t keys = v.extent(2), heads = v.extent(1);
+    const std::int64_t j = index % keys, hk = index / keys % heads, b = index / (keys * heads);
+    int all = 1;
+    for (std::int64_t c = 0; c < v.extent(3); ++c) {
+      const Acc x = v(b, hk, j, c);
+      all = all && (x - x == x - x);  // false for NaN and +-Inf
+    }
+    finite(index) = all;
+  }
+};
+
+// A host tensor's storage in the space's memory, decoded to Acc. The raw copy
+// lives until the decoding kernel is done (the space is fenced before return).
+template <class Space, class Acc>
+Kokkos::View<Acc****, Kokkos::LayoutRight, Space> stage(const HostTensor& tensor, const char* label,
+                                                        Kokkos::View<const std::int64_t*, Space> position,
+                                                        std::int64_t rows) {
+  Kokkos::View<Acc****, Kokkos::LayoutRight, Space> out(std::string(label), extent(tensor.batch()), extent(tensor.heads()), extent(rows),
+                                                        extent(tensor.dim()));
+  DecodeTensor<Space, Acc> decode{ka::device_array<Acc>(out), {}, {}, ka::device_array<const std::int64_t>(position),
+                                  storage_code(tensor.dtype()), tensor.layout() == Layout::bshd,
+                                  tensor.heads(), tensor.seqlen(), tensor.dim()};
+  const auto elements = static_cast<std::size_t>(tensor.size());
+  Kokkos::View<float*, Space> raw_single;
+  Kokkos::View<std::uint16_t*, Space> raw_half;
+  if (tensor.dtype() == DType::f32) {
+    raw_single = Kokkos::View<float*, Space>("raw", elements);
+    Kokkos::deep_copy(raw_single, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                      static_cast<const float*>(tensor.data()), elements));
+    decode.single = ka::device_array<const float>(raw_single);
+  } else {
+    raw_half = Kokkos::View<std::uint16_t*, Space>("raw", elements);
+    Kokkos::deep_copy(raw_half, Kokkos::View<const std::uint16_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                    static_cast<const std::uint16_t*>(tensor.data()), elements));
+    decode.half_bits = ka::device_array<const std::uint16_t>(raw_half);
+  }
+  Kokkos::parallel_for("flashcheck::kokkos::decode", Kokkos::RangePolicy<Space>(0, out.size()), decode);
+  Space().fence();
+  return out;
+}
+
+// The compared rows' positions and the per-sequence lengths, in the space's memory.
+template <class Space>
+struct RowGeometry {
+  Kokkos::View<std::int64_t*, Space> position, len_q, len_kv;
+  RowGeometry(const Problem& p, const RowSet& rows)
+      : position("position", extent(rows.size())), len_q("len_q", extent(p.batch)), len_kv("len_kv", extent(p.batch)) {
+    auto position_host = Kokkos::create_mirror_view(position);
+    auto len_q_host = Kokkos::create_mirror_view(len_q);
+    auto len_kv_host = Kokkos::create_mirror_view(len_kv);
+    for (std::int64_t r = 0; r < rows.size(); ++r) position_host(r) = rows.rows[r];
+    for (std::int64_t b = 0; b < p.batch; ++b) {
+      len_q_host(b) = p.len_q(b);
+      len_kv_host(b) = p.len_kv(b);
+    }
+    Kokkos::deep_copy(position, position_host);
+    Kokkos::deep_copy(len_q, len_q_host);
+    Kokkos::deep_copy(len_kv, len_kv_host);
+  }
+};
+
+// The forward kernel for a problem (its rows: the computed query rows), and
+// the tiling fitted to the space's team scratch.
+inline constexpr std::int64_t kMaxTile = 1024;
+inline constexpr std::int64_t kGpuTeamSize = 128;
+
+template <class Space, class Acc>
+ka::TiledOnlineSoftmax<Space, Acc> make_kernel(const Problem& p, std::int64_t rows, KokkosTiling tiling) {
+  ka::TiledOnlineSoftmax<Space, Acc> kernel;
+  kernel.g = {p.batch, p.heads_q, p.heads_kv, p.group_size(), rows, p.head_dim, p.head_dim_v, p.seqlen_kv};
+  kernel.mask = mask_spec(p);
+  kernel.scale = static_cast<Acc>(p.softmax_scale);
+  kernel.minus_infinity = -std::numeric_limits<Acc>::infinity();
+  kernel.not_a_number = std::numeric_limits<Acc>::quiet_NaN();
+  kernel.rows_per_team = tiling.rows_per_team;
+  kernel.key_tile = tiling.key_tile;
+  kernel.prepare();
+  return kernel;
+}
+
+template <class Space, class Acc>
+KokkosTiling fit(const Problem& p, KokkosTiling tiling) {
+  if (tiling.rows_per_team < 1 || tiling.rows_per_team > kMaxTile || tiling.key_tile < 1 ||
+      tiling.key_tile > kMaxTile || tiling.team_size < 0)
+    throw std::invalid_argument(
+        "Kokkos tiling: rows_per_team and key_tile must be in [1, " + text(kMaxTile) + "], team_size >= 0");
+  if (tiling.team_size == 0) tiling.team_size = std::is_same_v<Space, Kokkos::DefaultHostExecutionSpace> ? 1 : kGpuTeamSize;
+  const auto limit = static_cast<std::size_t>(Kokkos::TeamPolicy<Space>::scratch_size_max(0));
+  while (make_kernel<Space, Acc>(p, 1, tiling).scratch_bytes() > limit) {
+    if (tiling.rows_per_team > 4) tiling.rows_per_team /= 2;
+    else if (tiling.key_tile > 4) tiling.key_tile /= 2;
+    else throw std::invalid_argument("Kokkos tiling: no tile fits the team scratch (" + text(static_cast<std::int64_t>(limit)) +
+                                     " bytes)");
+  }
+  return tiling;
+}
+
+inline void require_runtime(KokkosSpace space) {
+  if (!kokkos_available())
+    throw std::runtime_error("the Kokkos reference cannot run here: this Kokkos has CUDA and no GPU is present");
+  if (space == KokkosSpace::device && !kokkos_device_available())
+    throw std::runtime_error("the Kokkos reference has no device here (" + kokkos_description() + ")");
+  KokkosRuntime::ensure();
+}
+
+
+}  // namespace flashcheck::kokkos_host
