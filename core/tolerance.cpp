@@ -151,25 +151,67 @@ GradientCondition gradient_condition(const Problem& p) {
   return c;
 }
 
+GradientCondition gradient_condition(const Problem& problem, const GradientRows& reference) {
+  GradientCondition c = gradient_condition(problem);
+  c.dq_terms_max = reference.dq_terms_max;
+  c.dk_terms_max = reference.dk_terms_max;
+  c.dv_terms_max = reference.dv_terms_max;
+  c.logit_max = reference.logit_max;
+  return c;
+}
+
+namespace {
+double max_abs_finite(const HostTensor& t) {
+  double largest = 0;
+  for (std::int64_t n = 0; n < t.size(); ++n)
+    if (const double x = std::abs(t.load(n)); std::isfinite(x)) largest = std::max(largest, x);
+  return largest;
+}
+}  // namespace
+
+GradientCondition gradient_condition(const Problem& p, const GradientRows& reference, const AttentionRows& exact,
+                                     const Outputs& handed, const Inputs& inputs, const HostTensor& dout) {
+  GradientCondition c = gradient_condition(p, reference);
+  double delta = 0;  // max_i |dO_i . (O_handed,i - O_i)|
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.heads_q; ++h)
+      for (std::int64_t r = 0; r < exact.rows.size(); ++r) {
+        const std::int64_t i = exact.rows.rows[r];
+        if (i >= p.len_q(b)) continue;
+        const double* o = exact.o_row(b, h, r);
+        double sum = 0;
+        for (std::int64_t col = 0; col < p.head_dim_v; ++col)
+          sum += dout.get(b, h, i, col) * (handed.o.get(b, h, i, col) - o[col]);
+        if (std::isfinite(sum)) delta = std::max(delta, std::abs(sum));
+      }
+  c.dq_delta = p.softmax_scale * max_abs_finite(inputs.k) * delta;
+  c.dk_delta = p.softmax_scale * max_abs_finite(inputs.q) * delta * reference.key_weight_max;
+  return c;
+}
+
 Verdict decide_gradients(const GradientMetrics& subject, const GradientMetrics& baseline, DType out_dtype,
                          const GradientCondition& condition) {
   Verdict verdict;
-  const auto floor = [&](double scale, double terms) {
-    return noise_floor(out_dtype, scale) + accumulation_noise(std::sqrt(std::max(terms, 1.0)) * scale);
+  // scale: max|g_ref| (max check) or its RMS (rmse check); magnitude: T_g;
+  // delta: the handed O's rounding through D.
+  const auto floor = [&](double scale, double terms, double magnitude, double delta) {
+    return noise_floor(out_dtype, scale) + delta +
+           accumulation_noise((std::sqrt(std::max(terms, 1.0)) + condition.logit_max) * std::max(scale, magnitude));
   };
   const struct {
     const char* name;
     const TensorMetrics& got;
     const TensorMetrics& base;
-    double terms;
-  } gradients[] = {{"dq", subject.dq, baseline.dq, condition.dq_terms},
-                   {"dk", subject.dk, baseline.dk, condition.dkv_terms},
-                   {"dv", subject.dv, baseline.dv, condition.dkv_terms}};
+    double terms, magnitude, delta;
+  } gradients[] = {{"dq", subject.dq, baseline.dq, condition.dq_terms, condition.dq_terms_max, condition.dq_delta},
+                   {"dk", subject.dk, baseline.dk, condition.dkv_terms, condition.dk_terms_max, condition.dk_delta},
+                   {"dv", subject.dv, baseline.dv, condition.dkv_terms, condition.dv_terms_max, 0.0}};
   for (const auto& g : gradients) {
     const ErrorStats& s = g.got.errors;
     const ErrorStats& b = g.base.errors;
-    RuleCheck max_abs = check(fmt::format("{}.max_abs", g.name), s.max_abs, b.max_abs, floor(b.ref_max_abs, g.terms));
-    RuleCheck rmse = check(fmt::format("{}.rmse", g.name), s.rmse, b.rmse, floor(b.ref_rms, g.terms));
+    RuleCheck max_abs = check(fmt::format("{}.max_abs", g.name), s.max_abs, b.max_abs,
+                              floor(b.ref_max_abs, g.terms, g.magnitude, g.delta));
+    RuleCheck rmse = check(fmt::format("{}.rmse", g.name), s.rmse, b.rmse, floor(b.ref_rms, g.terms, g.magnitude, g.delta));
     for (RuleCheck* c : {&max_abs, &rmse}) {  // the backward's factor
       c->bound = kGradientBaselineFactor * c->baseline + c->floor;
       c->ratio = c->bound > 0 ? c->subject / c->bound : (c->subject > 0 ? INFINITY : 0.0);

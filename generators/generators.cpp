@@ -331,6 +331,7 @@ const std::vector<Problem>& problem_pool(const Capabilities& caps, const DomainL
   if (!pool.empty()) return pool;
   DomainLimits free = limits;
   free.use_geometry_pool = false;
+  free.backward_share = 0;  // the pool holds geometries; gen_problem_in makes some of them backward
   const rc::Gen<Problem> draw = gen_problem_in(caps, free);
   constexpr std::uint64_t kPoolSeed = 20261125;
   for (std::uint64_t n = 0; pool.size() < static_cast<std::size_t>(caps.geometry_pool) && n < 50u * caps.geometry_pool;
@@ -346,7 +347,37 @@ const std::vector<Problem>& problem_pool(const Capabilities& caps, const DomainL
 
 }  // namespace
 
+namespace {
+rc::Gen<Problem> gen_forward_problem_in(const Capabilities& caps, const DomainLimits& limits);
+}  // namespace
+
 rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& limits) {
+  const rc::Gen<Problem> forward = gen_forward_problem_in(caps, limits);
+  if (!caps.backward || limits.backward_share <= 0) return forward;
+  // A backward case costs the subject about 2.5 forwards, and the judge the
+  // f64 forward on every query row (the O and LSE it hands over) besides the
+  // gradients: its geometry gets 1/2.5 of the work, and no long prefill.
+  DomainLimits backward_limits = limits;
+  backward_limits.max_work = limits.max_work / 2.5;
+  const rc::Gen<Problem> backward = gen_forward_problem_in(caps, backward_limits);
+  const double share = limits.backward_share;
+  const std::int64_t max_seqlen = limits.max_seqlen;
+  return rc::gen::exec([forward, backward, share, max_seqlen] {
+    if (share < 1 && *rc::gen::inRange(0, 1000) >= share * 1000) return *forward;
+    Problem p = *backward;
+    RC_PRE(p.seqlen_q <= max_seqlen);
+    p.pass = Pass::bwd;
+    // dO from the families that keep dP = dO V^T and D = dO . O inside f32
+    // (near_overflow dO overflows any f32-accumulating backward's products
+    // while the f64 oracle's gradient stays finite: not a backward's domain).
+    p.dout = *rc::gen::suchThat(gen_value_dist(/*allow_special_values=*/false),
+                                [](const ValueDist& v) { return v.family != ValueFamily::near_overflow; });
+    return p;
+  });
+}
+
+namespace {
+rc::Gen<Problem> gen_forward_problem_in(const Capabilities& caps, const DomainLimits& limits) {
   if (caps.geometry_pool > 0 && limits.use_geometry_pool) {
     return rc::gen::exec([caps, limits] {
       const std::vector<Problem>& pool = problem_pool(caps, limits);
@@ -503,6 +534,7 @@ rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& li
     return p;
   });
 }
+}  // namespace
 
 rc::Gen<std::pair<std::int64_t, std::int64_t>> gen_grouped_heads(const Capabilities& caps, bool grouped_only) {
   using Heads = std::pair<std::int64_t, std::int64_t>;  // (heads_q, heads_kv)
@@ -554,6 +586,7 @@ std::vector<std::string> coverage_labels(const Problem& p, const Capabilities& c
       fmt::format("values={}", to_string(p.values.family)),
       fmt::format("scale={}", default_scale ? "default" : "other"),
       fmt::format("vacuous={}", visible_rows(p) == 0 ? "yes" : "no"),
+      fmt::format("pass={}", to_string(p.pass)),
   };
 }
 

@@ -381,7 +381,8 @@ CaseResult judge_backward(Subject& subject, const Problem& problem, const Inputs
   BackwardInputs handed;
   handed.inputs = inputs;
   handed.dout = dout;
-  handed.forward = backward_outputs(problem, cpu_f64_reference(problem, inputs, all_rows(problem)));
+  const AttentionRows exact_forward = cpu_f64_reference(problem, inputs, all_rows(problem));
+  handed.forward = backward_outputs(problem, exact_forward);
   double forward_ms = elapsed_ms(start);
 
   start = std::chrono::steady_clock::now();
@@ -408,7 +409,7 @@ CaseResult judge_backward(Subject& subject, const Problem& problem, const Inputs
   result.subject_gradients =
       compare_gradients(problem, gather_gradients(problem, run.gradients, result.rows, result.kv_rows), reference,
                         problem.dtype);
-  result.gradient_condition = gradient_condition(problem);
+  result.gradient_condition = gradient_condition(problem, reference, exact_forward, handed.forward, inputs, dout);
   result.verdict = decide_gradients(result.subject_gradients, result.baseline_gradients, problem.dtype,
                                     result.gradient_condition);
   result.rows_visible = visible_compared_rows(problem, result.rows);

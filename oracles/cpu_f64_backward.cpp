@@ -76,6 +76,22 @@ GradientRows cpu_f64_gradients(const Problem& p, const Inputs& in, const HostTen
       // Each task's partial dK and dV of the selected keys, summed in task order below.
       std::vector<double> partial_dk(static_cast<std::size_t>(tasks * selected * d), 0.0);
       std::vector<double> partial_dv(static_cast<std::size_t>(tasks * selected * dv), 0.0);
+      // The conditioning (GradientRows::dq_terms_max ...): per task, the
+      // selected keys' sums of P and of P (|dP| + |D|), and the maxima.
+      std::vector<double> partial_p(static_cast<std::size_t>(tasks * selected), 0.0);
+      std::vector<double> partial_terms(static_cast<std::size_t>(tasks * selected), 0.0);
+      std::vector<double> task_dq_terms(static_cast<std::size_t>(tasks), 0.0), task_logit(static_cast<std::size_t>(tasks), 0.0);
+      std::vector<double> task_q_max(static_cast<std::size_t>(tasks), 0.0), task_do_max(static_cast<std::size_t>(tasks), 0.0);
+      double k_max = 0;
+      for (std::int64_t n = 0; n < lk * d; ++n)
+        if (std::isfinite(keys[n])) k_max = std::max(k_max, std::abs(keys[n]));
+      // The largest key norm: scale |q_i| |k_j| bounds a logit's absolute condition.
+      double k_norm = 0;
+      for (std::int64_t j = 0; j < lk; ++j) {
+        double sq = 0;
+        for (std::int64_t c = 0; c < d; ++c) sq += keys[j * d + c] * keys[j * d + c];
+        if (std::isfinite(sq)) k_norm = std::max(k_norm, std::sqrt(sq));
+      }
 
 #pragma omp parallel if (tasks > 1 && lq * lk * (2 * d + 2 * dv) > kParallelWork)
       {
@@ -120,7 +136,14 @@ GradientRows cpu_f64_gradients(const Problem& p, const Inputs& in, const HostTen
               }
               maximum = std::max(maximum, s[j]);
             }
+            double q_norm = 0;
+            for (std::int64_t c = 0; c < d; ++c) q_norm += queries[r * d + c] * queries[r * d + c];
+            if (const double a = std::sqrt(static_cast<double>(d)) * p.softmax_scale * std::sqrt(q_norm) * k_norm;
+                std::isfinite(a))
+              task_logit[task] = std::max(task_logit[task], a);
             const double sum = exp_shifted_sum(s + first, last - first + 1, maximum);
+            if (const double lse = maximum + std::log(sum); std::isfinite(lse))
+              task_logit[task] = std::max(task_logit[task], std::abs(lse));
             for (std::int64_t j = first; j <= last; ++j) s[j] /= sum;
             std::fill(s, s + first, 0.0);
             std::fill(s + last + 1, s + width, 0.0);
@@ -148,6 +171,23 @@ GradientRows cpu_f64_gradients(const Problem& p, const Inputs& in, const HostTen
             const std::int64_t first = ranges[r].first - key_lo, last = ranges[r].last - key_lo;
             double delta = 0;
             for (std::int64_t j = first; j <= last; ++j) delta += pr[j] * ds[j];
+            const double delta_terms = std::abs(delta);
+            double terms = 0;
+            for (std::int64_t j = first; j <= last; ++j) terms += pr[j] * (std::abs(ds[j]) + delta_terms);
+            if (std::isfinite(terms) && q_slot[begin + r] >= 0)
+              task_dq_terms[task] = std::max(task_dq_terms[task], p.softmax_scale * k_max * terms);
+            // The selected keys' sums over this block's rows (for dK's and dV's conditioning).
+            for (std::int64_t s = 0; s < selected; ++s) {
+              const std::int64_t j = kv_keys[s] - key_lo;
+              if (j < first || j > last) continue;
+              const double term = pr[j] * (std::abs(ds[j]) + delta_terms);
+              if (std::isfinite(term)) partial_terms[task * selected + s] += term;
+              if (std::isfinite(pr[j])) partial_p[task * selected + s] += pr[j];
+            }
+            for (std::int64_t c = 0; c < d; ++c)
+              if (std::isfinite(queries[r * d + c])) task_q_max[task] = std::max(task_q_max[task], std::abs(queries[r * d + c]));
+            for (std::int64_t c = 0; c < dv; ++c)
+              if (std::isfinite(grads[r * dv + c])) task_do_max[task] = std::max(task_do_max[task], std::abs(grads[r * dv + c]));
             for (std::int64_t j = first; j <= last; ++j) ds[j] = pr[j] * (ds[j] - delta);
             std::fill(ds, ds + first, 0.0);
             std::fill(ds + last + 1, ds + width, 0.0);
@@ -199,6 +239,24 @@ GradientRows cpu_f64_gradients(const Problem& p, const Inputs& in, const HostTen
             }
           }
         }
+      }
+      // The conditioning of this (batch, K/V head).
+      double q_max = 0, do_max = 0;
+      for (std::int64_t task = 0; task < tasks; ++task) {
+        out.dq_terms_max = std::max(out.dq_terms_max, task_dq_terms[task]);
+        out.logit_max = std::max(out.logit_max, task_logit[task]);
+        q_max = std::max(q_max, task_q_max[task]);
+        do_max = std::max(do_max, task_do_max[task]);
+      }
+      for (std::int64_t s = 0; s < selected; ++s) {
+        double p_sum = 0, terms = 0;
+        for (std::int64_t task = 0; task < tasks; ++task) {
+          p_sum += partial_p[task * selected + s];
+          terms += partial_terms[task * selected + s];
+        }
+        out.dk_terms_max = std::max(out.dk_terms_max, p.softmax_scale * q_max * terms);
+        out.dv_terms_max = std::max(out.dv_terms_max, do_max * p_sum);
+        out.key_weight_max = std::max(out.key_weight_max, p_sum);
       }
       // Sum the tasks' shares in task order (query head, then block): the same
       // result whatever the thread count.

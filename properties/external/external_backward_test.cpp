@@ -69,7 +69,7 @@ Judged judge_backward(Subject& subject, const Problem& p, const BackwardInputs& 
   const GradientRows base = cpu_lowp_gradients(p, in.inputs, in.dout, q, kv, p.dtype);
   j.subject = compare_gradients(p, gather_gradients(p, j.run.gradients, q, kv), want, p.dtype);
   j.baseline = compare_gradients(p, base, want, p.dtype);
-  j.verdict = decide_gradients(j.subject, j.baseline, p.dtype, gradient_condition(p));
+  j.verdict = decide_gradients(j.subject, j.baseline, p.dtype, gradient_condition(p, want));
   return j;
 }
 

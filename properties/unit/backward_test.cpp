@@ -47,7 +47,7 @@ Judged judge_backward(Subject& subject, const Problem& p) {
   Judged j;
   j.subject = compare_gradients(p, gather_gradients(p, run.gradients, q, kv), want, p.dtype);
   j.baseline = compare_gradients(p, base, want, p.dtype);
-  j.verdict = decide_gradients(j.subject, j.baseline, p.dtype, gradient_condition(p));
+  j.verdict = decide_gradients(j.subject, j.baseline, p.dtype, gradient_condition(p, want));
   return j;
 }
 

@@ -21,6 +21,19 @@ struct GradientRows {
   RowSet q_rows, kv_rows;
   std::int64_t batch = 0, heads_q = 0, heads_kv = 0, dim = 0, dim_v = 0;
   std::vector<double> dq, dk, dv;
+  /// The conditioning of the gradients, where the f64 oracle records it (0:
+  /// not recorded): the largest magnitude of each gradient before its sums
+  /// cancel, over the rows held, and the largest |logit| and |LSE|:
+  ///   dq_terms_max   = max_i  scale max|K| sum_j P_ij (|dP_ij| + |D_i|)
+  ///   dk_terms_max   = max_j  scale max|Q| sum_i P_ij (|dP_ij| + |D_i|)
+  ///   dv_terms_max   = max_j  max|dO| sum_i P_ij
+  ///   key_weight_max = max_j  sum_i P_ij (over the query rows of the group)
+  ///   logit_max      = max sqrt(d) scale |q_i| |k_j|, |LSE_i| (a bound on
+  ///                    sqrt(d) times a logit's absolute condition)
+  /// dS = P (dP - D) cancels where dP is close to D (dO nearly parallel over
+  /// the keys): the gradient is then small and its rounding errors are not;
+  /// they scale with these (tolerance.hpp's gradient floor).
+  double dq_terms_max = 0, dk_terms_max = 0, dv_terms_max = 0, key_weight_max = 0, logit_max = 0;
 
   GradientRows() = default;
   GradientRows(const Problem& problem, RowSet q, RowSet kv);

@@ -12,8 +12,10 @@
 #include <vector>
 
 #include "flashcheck/core/dtype.hpp"
+#include "flashcheck/core/gradients.hpp"
 #include "flashcheck/core/metrics.hpp"
 #include "flashcheck/core/problem.hpp"
+#include "flashcheck/core/tensor.hpp"
 
 namespace flashcheck {
 
@@ -219,21 +221,53 @@ inline constexpr double kGradientBaselineFactor = 2.0;
 /// The gradients' floor, per gradient g:
 ///   kFloorRoundings u(out) max|g_ref|            (the output's own rounding,
 ///     hopper/test_flash_attn.py's dq_atol = 2 * (dq_ref + 0.3 - 0.3 - dq_ref).abs().max())
-/// + kAccumulationRoundings u_f32 sqrt(n_g) max|g_ref|
-///   (the f32 sums behind each element, as the forward's accumulation term:
-///   n terms summed recursively carry typically sqrt(n) f32 roundings of the
-///   largest partial sum, Higham & Mary 2019): n_dQ = the keys the longest
-///   compared row sees; n_dK = n_dV = the query rows, over the GQA group, that
-///   the most-seen key is seen by. max|g_ref| stands for the largest partial
-///   sum, which the sum's cancellation can make larger: measured against the
-///   CPU subjects before the rule is trusted (see the closing note of issue 22).
+/// + kAccumulationRoundings u_f32 (sqrt(n_g) + L) T_g
+///   T_g is the gradient's magnitude before its sums cancel (GradientRows::
+///   dq_terms_max ...: scale max|K| sum_j P_ij (|dP_ij| + |D_i|) for dQ, the
+///   same over i with max|Q| for dK, max|dO| sum_i P_ij for dV), at least
+///   max|g_ref|. The f32 sums behind each element carry typically sqrt(n)
+///   f32 roundings of their largest partial sum (Higham & Mary 2019), and a
+///   partial sum of dS = P (dP - D) is as large as its terms, not as its
+///   result: where dO is nearly the same over the keys, dP is close to D and
+///   the gradient cancels to a small value while its roundings stay those of
+///   the terms (a fuzz sweep of the CPU subjects failed dQ at ratios up to
+///   2.4 with max|g_ref| in place of T_g; see issue 22's closing note).
+///   n_dQ = the keys the longest compared row sees; n_dK = n_dV = the query
+///   rows, over the GQA group, that the most-seen key is seen by.
+/// + the handed O's rounding, through D, for dQ and dK: a subject forms
+///   D_i = rowsum(dO_i o O_i) from the O it is handed, rounded to the dtype
+///   (core/backward.hpp's convention, and what FlashAttention's backward
+///   does), so D_i is off by dD_i = dO_i . (O_handed,i - O_i), which the
+///   baseline (D from its own P and dP) does not see. It moves dQ_i by
+///   -scale dD_i sum_j P_ij K_j and dK_j by -scale sum_i P_ij dD_i Q_i:
+///     dq_delta = scale max|K| max_i |dD_i|
+///     dk_delta = scale max|Q| max_i |dD_i| max_j sum_i P_ij
+///   (bounds, computed by the judge from the exact and the handed O; a fuzz
+///   sweep of cpu-plain failed dQ at f16 where dQ cancels, ratio 1.01,
+///   before this term).
+///   L = max sqrt(d) scale |q_i| |k_j| and |LSE_i| over the visible pairs:
+///   P = exp(S - LSE)
+///   computed in f32 from an LSE handed in f32 carries a relative error of
+///   about u_f32 |S| and u_f32 |LSE| (the forward's logit term), which dV
+///   (= P^T dO) and dS inherit.
 struct GradientCondition {
   double dq_terms = 1, dkv_terms = 1;
+  /// From the f64 oracle's gradients (GradientRows), 0 where not known.
+  double dq_terms_max = 0, dk_terms_max = 0, dv_terms_max = 0, logit_max = 0;
+  /// The handed O's rounding through D (absolute), 0 where not known.
+  double dq_delta = 0, dk_delta = 0;
   friend bool operator==(const GradientCondition&, const GradientCondition&) = default;
 };
 
 /// The terms each gradient element of a problem sums, from its masks and lengths.
 GradientCondition gradient_condition(const Problem& problem);
+/// The same, with the magnitudes the f64 oracle recorded in `reference`.
+GradientCondition gradient_condition(const Problem& problem, const GradientRows& reference);
+/// The same, with the handed O's rounding through D: `exact` is the f64
+/// forward on every row (its O before rounding), `handed` what the subject was
+/// handed (backward_outputs), `inputs` Q, K, V and `dout` dO.
+GradientCondition gradient_condition(const Problem& problem, const GradientRows& reference, const AttentionRows& exact,
+                                     const Outputs& handed, const Inputs& inputs, const HostTensor& dout);
 
 /// Applies the backward's rule; checks are named dq.max_abs, dq.rmse, dk.*, dv.*.
 Verdict decide_gradients(const GradientMetrics& subject, const GradientMetrics& baseline, DType out_dtype,

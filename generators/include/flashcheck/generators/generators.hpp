@@ -60,6 +60,12 @@ struct DomainLimits {
   /// compiles a program per geometry reuses it; the sweep does not (it draws
   /// every geometry, and pays for the compilation).
   bool use_geometry_pool = true;
+  /// The share of draws that are backward problems (pass=bwd, dO from the
+  /// value families without NaN/Inf), where the domain has a backward
+  /// (Capabilities::backward): 0 draws forward problems only, 1 backward
+  /// only. A backward geometry gets max_work / 2.5 (the backward's FLOPs) and
+  /// no long prefill (seqlen_q stays within max_seqlen).
+  double backward_share = 0;
 };
 
 /// Problems inside `caps`, weighted toward the edges: lengths 0, 1, 2, the
