@@ -313,6 +313,23 @@ rc::Gen<ValueDist> gen_values_for(DType storage, DType compute, std::int64_t til
   return rc::gen::join(element_of(pool));
 }
 
+rc::Gen<ValueDist> gen_dout_values() {
+  using rc::gen::just;
+  std::vector<std::pair<std::size_t, rc::Gen<ValueDist>>> choices = {
+      {6, rc::gen::map(rc::gen::pair(rc::gen::inRange(-20, 21), rc::gen::inRange(1, 40)),
+                       [](auto mean_std) {
+                         return ValueDist{ValueFamily::normal, {mean_std.first / 10.0, mean_std.second / 10.0}};
+                       })},
+      {1, just(ValueDist{ValueFamily::uniform, {-1.0, 1.0}})},
+      {1, just(ValueDist{ValueFamily::heavy, {3.0}})},
+      {1, just(ValueDist{ValueFamily::outliers, {0.001, 100.0}})},
+      {1, rc::gen::map(rc::gen::inRange(1, 5), [](int max) { return ValueDist{ValueFamily::sparse_int, {double(max), 0.5}}; })},
+  };
+  std::vector<rc::Gen<ValueDist>> pool;
+  for (const auto& [weight, generator] : choices) pool.insert(pool.end(), weight, generator);
+  return rc::gen::join(element_of(pool));
+}
+
 namespace {
 
 // The pool of a domain that declares one (Capabilities::geometry_pool), per
@@ -325,7 +342,7 @@ const std::vector<Problem>& problem_pool(const Capabilities& caps, const DomainL
   const std::string key =
       fmt::format("{}|{} {} {} {} {} {} {} {}", describe(caps), limits.max_seqlen, limits.max_head_dim, limits.max_work,
                   limits.max_bytes, limits.allow_special_values, limits.vacuous_only, limits.long_contexts,
-                  caps.geometry_pool);
+                  caps.geometry_pool) + (limits.backward ? " bwd" : "");
   const std::lock_guard lock(mutex);
   std::vector<Problem>& pool = pools[key];
   if (!pool.empty()) return pool;
@@ -388,6 +405,11 @@ rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& li
       p.head_dim = common.empty() ? *rc::gen::inRange(lo, hi + 1)
                                   : *rc::gen::weightedOneOf<std::int64_t>(
                                         {{3, element_of(common)}, {1, rc::gen::inRange(lo, hi + 1)}});
+      // Backward: the large head dims in 1 case of 4 (DomainLimits::backward).
+      std::vector<std::int64_t> large;
+      for (std::int64_t d : {160, 192, 224, 256})
+        if (d >= lo && d <= hi) large.push_back(d);
+      if (limits.backward && !large.empty() && one_in(4)) p.head_dim = *element_of(large);
     }
     p.head_dim_v = p.head_dim;
     if (!caps.head_dim_v_equal && one_in(4))
@@ -495,6 +517,10 @@ rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& li
     const bool f16_logits = p.dtype == DType::f16 || caps.compute_dtype == DType::f16;
     if (f16_logits && (p.values.family == ValueFamily::outliers || p.values.family == ValueFamily::heavy))
       p.softmax_scale = std::min(p.softmax_scale, default_softmax_scale(p.head_dim));
+    if (limits.backward) {
+      p.pass = Pass::bwd;
+      p.dout = *gen_dout_values();
+    }
     p.geometry_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
     p.data_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
     // Guards: the construction above already keeps to both.

@@ -123,7 +123,13 @@ class MutantTest : public ::testing::Test {
   explicit MutantTest(Subject* mutant) : mutant_(mutant) {}
   void TestBody() override {
     if (const std::string why = missing_gpu(*mutant_); !why.empty()) GTEST_SKIP() << why;
-    for (const SubjectProperty& property : subject_properties()) {
+    std::vector<const SubjectProperty*> order;
+    for (const SubjectProperty& property : subject_properties())
+      if (property.end_to_end) order.push_back(&property);
+    for (const SubjectProperty& property : subject_properties())
+      if (!property.end_to_end) order.push_back(&property);
+    for (const SubjectProperty* tried : order) {
+      const SubjectProperty& property = *tried;
       if (!property.applies(mutant_->capabilities())) continue;
       const PropertyOutcome outcome =
           check_property(property, *mutant_, fmt::format("Mutants/{}/{}", mutant_->name(), property.name), kMutantBudget);
