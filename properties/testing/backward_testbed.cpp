@@ -363,12 +363,11 @@ GradientSums gradient_sums(const Problem& p, const Inputs& in, const HostTensor&
   const std::int64_t d = p.head_dim, dv = p.head_dim_v;
   GradientSums sums;
   // Per (b, hk): targets and bounds per column, then the subject's sums.
-  std::vector<double> tk, bk, tv, bv;
   const auto at = [&](std::int64_t b, std::int64_t hk) { return static_cast<std::size_t>(b * p.heads_kv + hk); };
   std::vector<std::vector<double>> target_k(static_cast<std::size_t>(p.batch * p.heads_kv), std::vector<double>(d)),
       bound_k = target_k, target_v(static_cast<std::size_t>(p.batch * p.heads_kv), std::vector<double>(dv)),
       bound_v = target_v;
-  std::vector<double> v(static_cast<std::size_t>(dv)), k(static_cast<std::size_t>(d));
+  std::vector<double> v(static_cast<std::size_t>(dv));
   for_each_row(p, in, dout, exact, handed, [&](std::int64_t b, std::int64_t hk, std::int64_t h, std::int64_t i,
                                                const VisibleKeys& keys, const RowTerms& t) {
     const double n_terms = static_cast<double>(p.group_size() * p.len_q(b));  // N: terms of one dK/dV element
