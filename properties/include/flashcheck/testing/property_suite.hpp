@@ -38,7 +38,9 @@ void add_property_tests(Subject& subject, std::string_view suite);
 /// applicable property within the default budget of 100 cases, from a fixed
 /// seed (20261121), so that "caught after N cases" is reproducible. The
 /// end-to-end properties (SubjectProperty::end_to_end) are tried first, then
-/// the others in their order. A mutant
+/// the others in their order. Where the mutant's control is registered (the
+/// subject whose name begins the mutant's description, with the same domain),
+/// a failure counts as a catch only if the control passes the same cases. A mutant
 /// that survives fails the test, unless the Registry declares why it cannot
 /// be observed here (then SKIPPED).
 void add_mutant_test(Subject& mutant, std::string_view suite = "Mutants");
