@@ -221,43 +221,88 @@ void backward_linear_in_dout(Subject& subject) {
                             t->load(n), to_line(p)));
 }
 
+// One run of the subject on (p, inputs, dout), handed the f64 forward, with
+// the per-element bound of its gradients (gradient_error_bounds).
+struct BoundedRun {
+  GradientRows gradients, bounds;
+};
+BoundedRun bounded_run(const BackwardTestbed& bed, const Problem& p, const Inputs& in, const HostTensor& dout) {
+  const Forward f = forward_of(p, in);
+  const Gradients got = bed.call(p, BackwardInputs{in, f.handed, dout});
+  return {gather_gradients(p, got, all_rows(p), all_key_rows(p)),
+          gradient_error_bounds(p, in, dout, f.exact, f.handed, got, working_dtype(bed.capabilities(), p))};
+}
+
+GradientRows plus(GradientRows x, const GradientRows& y) {
+  for (auto [to, from] : {std::pair{&x.dq, &y.dq}, {&x.dk, &y.dk}, {&x.dv, &y.dv}})
+    for (std::size_t n = 0; n < to->size(); ++n) (*to)[n] += (*from)[n];
+  return x;
+}
+
+// The relations between two runs below hold exactly for the exact gradients;
+// each run is within its derived bound of its exact gradients
+// (gradient_error_bounds, from the roundings a subject may make, no tolerance
+// rule and no gradient oracle), so the two runs agree within the sum of their
+// bounds, moved by the relation.
+
 // Query head h of a group reads K/V head h / group: MHA with each K/V head
 // repeated once per query head gives the same dQ, and its per-head dK and dV
 // summed over the group are GQA's (the backward of repeating K and V).
-// Within the sum of the two computations' bounds (the base's rule bound, and
-// the rule's bound for the baseline computing the MHA sums, against the base's
-// reference), as the forward's relations (the summation orders differ).
 void backward_gqa_equals_summed_mha(Subject& subject) {
   BackwardTestbed bed(subject);
   // The filter outlives this body while RapidCheck shrinks: it holds the domain, not the bed.
-  const Problem gqa = bed.draw(grouped(bed.problems(), kBackwardMaxWork), [caps = bed.capabilities()](const Problem& q) {
-    return q.heads_kv < q.heads_q && !unsupported_reason(caps, repeated_mha(q));
-  });
+  const Problem gqa = bed.draw(grouped(finite_gradient_problems(bed), kBackwardMaxWork),
+                               [caps = bed.capabilities()](const Problem& q) {
+                                 return q.heads_kv < q.heads_q && !unsupported_reason(caps, repeated_mha(q));
+                               });
   const Problem mha = repeated_mha(gqa);
-  bed.initialize(gqa);
-  const Inputs repeated{bed.inputs().q, repeat(bed.inputs().k, Axis::heads, gqa.group_size()),
-                        repeat(bed.inputs().v, Axis::heads, gqa.group_size())};
-  const GradientRows summed = sum_over_groups(bed.run(mha, repeated, bed.dout()), gqa);
-  const GradientRows baseline = sum_over_groups(bed.baseline(mha, repeated, bed.dout()), gqa);
-  bed.verify("GQA == MHA with repeated K/V, dK/dV summed over the group", gqa, summed, bed.rows(),
-             bed.bound() + bed.baseline_bound(gqa, baseline, bed.reference()), {&gqa, &mha});
+  const Inputs in = generate_inputs(gqa);
+  const HostTensor dout = generate_dout(gqa);
+  const Inputs repeated{in.q, repeat(in.k, Axis::heads, gqa.group_size()), repeat(in.v, Axis::heads, gqa.group_size())};
+  const BoundedRun grouped_run = bounded_run(bed, gqa, in, dout), mha_run = bounded_run(bed, mha, repeated, dout);
+  bed.verify("GQA == MHA with repeated K/V, dK/dV summed over the group", gqa,
+             sum_over_groups(mha_run.gradients, gqa), grouped_run.gradients,
+             plus(grouped_run.bounds, sum_over_groups(mha_run.bounds, gqa)), {&gqa, &mha});
 }
 
 // Permuting each sequence's keys and values together permutes dK and dV the
 // same way (each key's gradient is its own sum over the query rows) and leaves
 // dQ unchanged (a sum over the keys, in another order). Unmasked problems.
-// Within the base's rule bound plus the rule's bound for the baseline on the
-// permuted inputs against the permuted reference.
 void backward_key_value_permutation(Subject& subject) {
   BackwardTestbed bed(subject);
-  const Problem p = bed.draw(rc::gen::map(bed.problems({.allow_special_values = false}), unmasked));
-  bed.initialize(p);
+  const Problem p = bed.draw(rc::gen::map(finite_gradient_problems(bed), unmasked));
+  const Inputs in = generate_inputs(p);
+  const HostTensor dout = generate_dout(p);
   const RowOrder order = draw_row_order(lengths_kv(p), p.heads_kv);
-  const Inputs moved{bed.inputs().q, permute_rows(bed.inputs().k, order), permute_rows(bed.inputs().v, order)};
-  bed.verify("K/V row permutation", p, bed.run(p, moved, bed.dout()), permute_key_rows(bed.rows(), order),
-             bed.bound() + bed.baseline_bound(p, bed.baseline(p, moved, bed.dout()),
-                                              permute_key_rows(bed.reference(), order)),
-             {&p});
+  const Inputs moved{in.q, permute_rows(in.k, order), permute_rows(in.v, order)};
+  const BoundedRun base = bounded_run(bed, p, in, dout), permuted = bounded_run(bed, p, moved, dout);
+  bed.verify("K/V row permutation", p, permuted.gradients, permute_key_rows(base.gradients, order),
+             plus(permuted.bounds, permute_key_rows(base.bounds, order)), {&p});
+}
+
+// Each sequence of a padded batch alone (its Q, K, V and dO trimmed to its
+// lengths) has the gradients of that sequence in the batch.
+void backward_padded_equals_trimmed(Subject& subject) {
+  BackwardTestbed bed(subject);
+  const Problem p = bed.draw(padded(finite_gradient_problems(bed)), [caps = bed.capabilities()](const Problem& q) {
+    for (std::int64_t b = 0; b < q.batch; ++b)
+      if (const Problem t = trimmed(q, b); !unsupported_reason(caps, t) && visible_rows(t) > 0) return true;
+    return false;
+  });
+  const Inputs in = generate_inputs(p);
+  const HostTensor dout = generate_dout(p);
+  const BoundedRun batch = bounded_run(bed, p, in, dout);
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    const Problem t = trimmed(p, b);
+    if (!bed.sufficient(t)) continue;
+    const auto alone = [&](const HostTensor& x, std::int64_t length) {
+      return trim(slice(x, Axis::batch, b, 1), Axis::seq, length);
+    };
+    const Inputs entry{alone(in.q, t.seqlen_q), alone(in.k, t.seqlen_kv), alone(in.v, t.seqlen_kv)};
+    const BoundedRun single = bounded_run(bed, t, entry, alone(dout, t.seqlen_q));
+    bed.verify("padded == trimmed", t, single.gradients, gradient_entry(batch.gradients, b, t),
+               plus(single.bounds, gradient_entry(batch.bounds, b, t)), {&p, &t});
+  }
 }
 
 // Causal prefix: dQ_i = scale Sum_j dS_ij K_j over the keys row i sees, with
@@ -317,32 +362,6 @@ void backward_batch_and_head_independence(Subject& subject) {
       [&](std::int64_t b, std::int64_t hk, std::int64_t) { return b != target_b || hk != target_hk; });
   RC_TAG(compared > 0 ? "bitwise_rows=some" : "bitwise_rows=none");
   RC_ASSERT(compared > 0);  // by the choice of target
-}
-
-// Each sequence of a padded batch alone (its Q, K, V and dO trimmed to its
-// lengths) has the gradients of that sequence in the batch. Within the base's
-// rule bound plus the rule's bound for the baseline on the trimmed problem.
-void backward_padded_equals_trimmed(Subject& subject) {
-  BackwardTestbed bed(subject);
-  const Problem p = bed.draw(padded(bed.problems()), [caps = bed.capabilities()](const Problem& q) {
-    for (std::int64_t b = 0; b < q.batch; ++b)
-      if (const Problem t = trimmed(q, b); !unsupported_reason(caps, t) && visible_rows(t) > 0) return true;
-    return false;
-  });
-  bed.initialize(p);
-  for (std::int64_t b = 0; b < p.batch; ++b) {
-    const Problem t = trimmed(p, b);
-    if (!bed.sufficient(t)) continue;
-    const auto alone = [&](const HostTensor& x, std::int64_t length) {
-      return trim(slice(x, Axis::batch, b, 1), Axis::seq, length);
-    };
-    const Inputs entry{alone(bed.inputs().q, t.seqlen_q), alone(bed.inputs().k, t.seqlen_kv),
-                       alone(bed.inputs().v, t.seqlen_kv)};
-    const HostTensor entry_dout = alone(bed.dout(), t.seqlen_q);
-    const GradientRows want = gradient_entry(bed.reference(), b, t);
-    bed.verify("padded == trimmed", t, bed.run(t, entry, entry_dout), gradient_entry(bed.rows(), b, t),
-               bed.bound() + bed.baseline_bound(t, bed.baseline(t, entry, entry_dout), want), {&p, &t});
-  }
 }
 
 // Determinism. A subject that declares its backward deterministic

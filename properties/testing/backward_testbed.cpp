@@ -133,12 +133,17 @@ struct GradientCheck {
       worst_error = error;
       worst = at(b, h, r, c, got, want);
     }
-    if (error > tolerance && over++ == 0 && mismatches == 0) first = at(b, h, r, c, got, want);
+    if (error > tolerance && over++ == 0 && mismatches == 0)
+      first = at(b, h, r, c, got, want) + fmt::format(" (|err| {:.3e}, allowed {:.3e})", error, tolerance);
   }
   void assert_held(std::string_view relation, const std::string& problems) const {
     if (mismatches)
       RC_FAIL(fmt::format("{}: {} NaN/Inf position(s) of {} differ; first {}{}", relation, mismatches, name, first,
                           problems));
+    if (over && tolerance < 0)
+      RC_FAIL(fmt::format("{}: {} of {} elements of {} differ by more than their derived bounds; first {}; largest "
+                          "difference {}{}",
+                          relation, over, count, name, first, worst, problems));
     if (over)
       RC_FAIL(fmt::format("{}: {} of {} elements of {} differ by more than {:.3e}; first {}; worst {}{}", relation, over,
                           count, name, tolerance, first, worst, problems));
@@ -172,6 +177,36 @@ void BackwardTestbed::verify(std::string_view relation, const Problem& p, const 
   }
   const std::string problems = shown_lines(shown);
   for (const GradientCheck* check : {&dq, &dk, &dv}) check->assert_held(relation, problems);
+}
+
+void BackwardTestbed::verify(std::string_view relation, const Problem& p, const GradientRows& got,
+                             const GradientRows& want, const GradientRows& tolerance,
+                             const std::vector<const Problem*>& shown) const {
+  GradientCheck dq{"dQ", false, 0}, dk{"dK", true, 0}, dv{"dV", true, 0};
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    for (std::int64_t h = 0; h < p.heads_q; ++h)
+      for (std::int64_t i = 0; i < p.len_q(b); ++i)
+        for (std::int64_t c = 0; c < p.head_dim; ++c) {
+          dq.tolerance = tolerance.dq_row(b, h, i)[c];
+          dq.add(b, h, i, c, got.dq_row(b, h, i)[c], want.dq_row(b, h, i)[c]);
+        }
+    for (std::int64_t hk = 0; hk < p.heads_kv; ++hk)
+      for (std::int64_t j = 0; j < p.len_kv(b); ++j) {
+        for (std::int64_t c = 0; c < p.head_dim; ++c) {
+          dk.tolerance = tolerance.dk_row(b, hk, j)[c];
+          dk.add(b, hk, j, c, got.dk_row(b, hk, j)[c], want.dk_row(b, hk, j)[c]);
+        }
+        for (std::int64_t c = 0; c < p.head_dim_v; ++c) {
+          dv.tolerance = tolerance.dv_row(b, hk, j)[c];
+          dv.add(b, hk, j, c, got.dv_row(b, hk, j)[c], want.dv_row(b, hk, j)[c]);
+        }
+      }
+  }
+  const std::string problems = shown_lines(shown);
+  for (GradientCheck* check : {&dq, &dk, &dv}) {
+    check->tolerance = -1;  // per element: the message names the first and worst elements
+    check->assert_held(relation, problems);
+  }
 }
 
 std::int64_t BackwardTestbed::verify_bitwise(
@@ -439,6 +474,71 @@ GradientSums gradient_sums(const Problem& p, const Inputs& in, const HostTensor&
       }
     }
   return sums;
+}
+
+GradientRows gradient_error_bounds(const Problem& p, const Inputs& in, const HostTensor& dout,
+                                   const AttentionRows& exact, const Outputs& handed, const Gradients& got,
+                                   DType working) {
+  constexpr double u64 = 0x1p-53;
+  const double u = unit_roundoff(DType::f32), uw = unit_roundoff(working), uo = unit_roundoff(p.dtype);
+  const double so = min_subnormal(p.dtype);
+  const double scale = p.softmax_scale;
+  const std::int64_t d = p.head_dim, dv = p.head_dim_v;
+  GradientRows bounds = all_gradient_rows(p);
+  std::vector<double> v(static_cast<std::size_t>(dv)), k(static_cast<std::size_t>(d));
+  for_each_row(p, in, dout, exact, handed, [&](std::int64_t b, std::int64_t hk, std::int64_t h, std::int64_t i,
+                                               const VisibleKeys& keys, const RowTerms& t) {
+    const double n_kv = static_cast<double>(p.group_size() * p.len_q(b));  // terms of one dK/dV element
+    const double n_q = static_cast<double>(keys.count());                  // terms of one dQ element
+    double logit_error_max = 0;
+    for (std::size_t n = 0; n < t.s.size(); ++n)
+      logit_error_max = std::max(logit_error_max, gamma(d + 2, u) * t.a[n] + 2 * u * (std::fabs(t.s[n]) + std::fabs(t.lse)));
+    const double lambda = std::fabs(t.lse_handed - t.lse) + logit_error_max + gamma(keys.count() + 2, u) +
+                          64 * u64 * (std::fabs(t.lse) + 1);
+    const double delta = 3 * u + 2 * uw;
+    // D~_i - D_i: the handed O's rounding (exact here), and the f64 oracle's own error.
+    const double d_drift = std::fabs(t.d_exact - t.d_handed) + 64 * u64 * 2 * t.d_abs;
+    const double e_d = gamma(dv, u) * t.d_abs;
+    double* dq = bounds.dq_row(b, h, i);
+    for (std::int64_t j = keys.first; j <= keys.last; ++j) {
+      const std::size_t n = static_cast<std::size_t>(j - keys.first);
+      const double prob = std::exp(t.s[n] - t.lse);
+      const double e = gamma(d + 2, u) * t.a[n] + 2 * u * (std::fabs(t.s[n]) + std::fabs(t.lse)) + lambda + 4 * u + uw;
+      const double pi = std::expm1(e);
+      in.v.read_row(b, hk, j, v.data());
+      in.k.read_row(b, hk, j, k.data());
+      double dp = 0, dp_abs = 0;
+      double* dvb = bounds.dv_row(b, hk, j);
+      for (std::int64_t c = 0; c < dv; ++c) {
+        const double g = dout.get(b, h, i, c);
+        dp += g * v[c];
+        dp_abs += std::fabs(g * v[c]);
+        dvb[c] += prob * std::fabs(g) * (pi + (1 + pi) * gamma(n_kv + 1, u));
+      }
+      const double x = std::fabs(dp - t.d_handed);
+      const double err = gamma(dv, u) * dp_abs + uw * std::fabs(dp) + e_d;
+      // dS's error against the exact dS (with the exact D), and its size.
+      const double ds_error = prob * ((pi + delta + pi * delta) * x + (1 + pi) * (1 + delta) * (err + d_drift));
+      const double ds_size = prob * (1 + pi) * (1 + delta) * (x + err);
+      double* dkb = bounds.dk_row(b, hk, j);
+      for (std::int64_t c = 0; c < d; ++c) {
+        dkb[c] += scale * std::fabs(in.q.get(b, h, i, c)) * (ds_error + gamma(n_kv + 2, u) * ds_size);
+        dq[c] += scale * std::fabs(k[c]) * (ds_error + gamma(n_q + 2, u) * ds_size);
+      }
+    }
+  });
+  // Each element's rounding to the output dtype.
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    for (std::int64_t h = 0; h < p.heads_q; ++h)
+      for (std::int64_t i = 0; i < p.len_q(b); ++i)
+        for (std::int64_t c = 0; c < d; ++c) bounds.dq_row(b, h, i)[c] += uo * std::fabs(got.dq.get(b, h, i, c)) + so / 2;
+    for (std::int64_t hk = 0; hk < p.heads_kv; ++hk)
+      for (std::int64_t j = 0; j < p.len_kv(b); ++j) {
+        for (std::int64_t c = 0; c < d; ++c) bounds.dk_row(b, hk, j)[c] += uo * std::fabs(got.dk.get(b, hk, j, c)) + so / 2;
+        for (std::int64_t c = 0; c < dv; ++c) bounds.dv_row(b, hk, j)[c] += uo * std::fabs(got.dv.get(b, hk, j, c)) + so / 2;
+      }
+  }
+  return bounds;
 }
 
 double smallest_backward_term(const Problem& p, const Inputs& in, const HostTensor& dout, const AttentionRows& exact,

@@ -99,6 +99,9 @@ class BackwardTestbed {
   /// `want` (both of `problem`, every row), and their NaN/Inf classes equal.
   void verify(std::string_view relation, const Problem& problem, const GradientRows& got, const GradientRows& want,
               const GradientTolerance& tolerance, const std::vector<const Problem*>& shown) const;
+  /// The same with a tolerance per element (gradient_error_bounds' rows).
+  void verify(std::string_view relation, const Problem& problem, const GradientRows& got, const GradientRows& want,
+              const GradientRows& tolerance, const std::vector<const Problem*>& shown) const;
   /// The dQ rows `keep_q(b, h, i)` selects and the dK/dV rows `keep_kv(b, hk, j)`
   /// selects (valid rows only) bitwise equal (a NaN equals a NaN). Returns how
   /// many dQ rows that see a key and dK/dV rows that some query sees it compared.
@@ -162,6 +165,17 @@ struct GradientSums {
 /// definition.
 GradientSums gradient_sums(const Problem& problem, const Inputs& inputs, const HostTensor& dout,
                            const AttentionRows& exact, const Outputs& handed, const Gradients& got, DType working);
+
+/// Per element, a bound on how far a subject's gradients `got` on (problem,
+/// inputs, dout) may be from the exact gradients, from the roundings a
+/// subject may make (gradient_sums' derivation, element by element rather
+/// than summed over the keys, with the handed O's rounding D~_i - D_i counted
+/// as an error of dS): what the relations between two runs of a subject
+/// allow, the sum of the two runs' bounds, with no tolerance rule and no
+/// gradient oracle. Padding rows and fully masked rows get 0.
+GradientRows gradient_error_bounds(const Problem& problem, const Inputs& inputs, const HostTensor& dout,
+                                   const AttentionRows& exact, const Outputs& handed, const Gradients& got,
+                                   DType working);
 
 /// The smallest non-zero magnitude, in f64, of the terms a backward sums (P dO,
 /// dO V, dO O, scale P (dP - D) Q and K) over the visible pairs of
