@@ -313,6 +313,23 @@ rc::Gen<ValueDist> gen_values_for(DType storage, DType compute, std::int64_t til
   return rc::gen::join(element_of(pool));
 }
 
+rc::Gen<ValueDist> gen_dout_values() {
+  using rc::gen::just;
+  std::vector<std::pair<std::size_t, rc::Gen<ValueDist>>> choices = {
+      {6, rc::gen::map(rc::gen::pair(rc::gen::inRange(-20, 21), rc::gen::inRange(1, 40)),
+                       [](auto mean_std) {
+                         return ValueDist{ValueFamily::normal, {mean_std.first / 10.0, mean_std.second / 10.0}};
+                       })},
+      {1, just(ValueDist{ValueFamily::uniform, {-1.0, 1.0}})},
+      {1, just(ValueDist{ValueFamily::heavy, {3.0}})},
+      {1, just(ValueDist{ValueFamily::outliers, {0.001, 100.0}})},
+      {1, rc::gen::map(rc::gen::inRange(1, 5), [](int max) { return ValueDist{ValueFamily::sparse_int, {double(max), 0.5}}; })},
+  };
+  std::vector<rc::Gen<ValueDist>> pool;
+  for (const auto& [weight, generator] : choices) pool.insert(pool.end(), weight, generator);
+  return rc::gen::join(element_of(pool));
+}
+
 namespace {
 
 // The pool of a domain that declares one (Capabilities::geometry_pool), per
@@ -325,7 +342,7 @@ const std::vector<Problem>& problem_pool(const Capabilities& caps, const DomainL
   const std::string key =
       fmt::format("{}|{} {} {} {} {} {} {} {}", describe(caps), limits.max_seqlen, limits.max_head_dim, limits.max_work,
                   limits.max_bytes, limits.allow_special_values, limits.vacuous_only, limits.long_contexts,
-                  caps.geometry_pool);
+                  caps.geometry_pool) + (limits.backward ? " bwd" : "");
   const std::lock_guard lock(mutex);
   std::vector<Problem>& pool = pools[key];
   if (!pool.empty()) return pool;
@@ -352,28 +369,27 @@ rc::Gen<Problem> gen_forward_problem_in(const Capabilities& caps, const DomainLi
 }  // namespace
 
 rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& limits) {
-  const rc::Gen<Problem> forward = gen_forward_problem_in(caps, limits);
-  if (!caps.backward || limits.backward_share <= 0) return forward;
+  const double share = limits.backward ? 1.0 : limits.backward_share;
+  DomainLimits forward_limits = limits;
+  forward_limits.backward = false;
+  if (!caps.backward || share <= 0) return gen_forward_problem_in(caps, forward_limits);
   // A backward case costs the subject about 2.5 forwards, and the judge the
   // f64 forward on every query row (the O and LSE it hands over) besides the
   // gradients: its geometry gets 1/2.5 of the work, and no long prefill.
   DomainLimits backward_limits = limits;
+  backward_limits.backward = true;
   backward_limits.max_work = limits.max_work / 2.5;
   const rc::Gen<Problem> backward = gen_forward_problem_in(caps, backward_limits);
-  const double share = limits.backward_share;
   const std::int64_t max_seqlen = limits.max_seqlen;
-  return rc::gen::exec([forward, backward, share, max_seqlen] {
-    if (share < 1 && *rc::gen::inRange(0, 1000) >= share * 1000) return *forward;
+  const rc::Gen<Problem> backward_only = rc::gen::exec([backward, max_seqlen] {
     Problem p = *backward;
     RC_PRE(p.seqlen_q <= max_seqlen);
-    p.pass = Pass::bwd;
-    // dO from the families that keep dP = dO V^T and D = dO . O inside f32
-    // (near_overflow dO overflows any f32-accumulating backward's products
-    // while the f64 oracle's gradient stays finite: not a backward's domain).
-    p.dout = *rc::gen::suchThat(gen_value_dist(/*allow_special_values=*/false),
-                                [](const ValueDist& v) { return v.family != ValueFamily::near_overflow; });
     return p;
   });
+  if (share >= 1) return backward_only;
+  const auto weight = static_cast<std::size_t>(share * 1000);
+  return rc::gen::weightedOneOf<Problem>(
+      {{1000 - weight, gen_forward_problem_in(caps, forward_limits)}, {weight, backward_only}});
 }
 
 namespace {
@@ -419,6 +435,11 @@ rc::Gen<Problem> gen_forward_problem_in(const Capabilities& caps, const DomainLi
       p.head_dim = common.empty() ? *rc::gen::inRange(lo, hi + 1)
                                   : *rc::gen::weightedOneOf<std::int64_t>(
                                         {{3, element_of(common)}, {1, rc::gen::inRange(lo, hi + 1)}});
+      // Backward: the large head dims in 1 case of 4 (DomainLimits::backward).
+      std::vector<std::int64_t> large;
+      for (std::int64_t d : {160, 192, 224, 256})
+        if (d >= lo && d <= hi) large.push_back(d);
+      if (limits.backward && !large.empty() && one_in(4)) p.head_dim = *element_of(large);
     }
     p.head_dim_v = p.head_dim;
     if (!caps.head_dim_v_equal && one_in(4))
@@ -526,6 +547,10 @@ rc::Gen<Problem> gen_forward_problem_in(const Capabilities& caps, const DomainLi
     const bool f16_logits = p.dtype == DType::f16 || caps.compute_dtype == DType::f16;
     if (f16_logits && (p.values.family == ValueFamily::outliers || p.values.family == ValueFamily::heavy))
       p.softmax_scale = std::min(p.softmax_scale, default_softmax_scale(p.head_dim));
+    if (limits.backward) {
+      p.pass = Pass::bwd;
+      p.dout = *gen_dout_values();
+    }
     p.geometry_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
     p.data_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
     // Guards: the construction above already keeps to both.

@@ -51,6 +51,26 @@ int main(int argc, char** argv) {
   for (Subject* mutant : Registry::instance().mutants())
     flashcheck::testing::add_mutant_test(*mutant, mutant->capabilities().needs_gpu ? "GpuMutants" : "Mutants");
   const int failed = RUN_ALL_TESTS();
+  // The mutation score of the mutant tests this process ran (a passed
+  // Mutants.<name> is a mutant caught; skipped ones could not run or be
+  // observed here).
+  int caught = 0, survived = 0, skipped = 0;
+  const ::testing::UnitTest& unit = *::testing::UnitTest::GetInstance();
+  for (int s = 0; s < unit.total_test_suite_count(); ++s) {
+    const ::testing::TestSuite& suite = *unit.GetTestSuite(s);
+    if (std::string(suite.name()) != "Mutants" && std::string(suite.name()) != "GpuMutants") continue;
+    for (int t = 0; t < suite.total_test_count(); ++t) {
+      const ::testing::TestInfo& test = *suite.GetTestInfo(t);
+      if (!test.should_run()) continue;
+      const ::testing::TestResult& result = *test.result();
+      if (result.Skipped()) ++skipped;
+      else if (result.Passed()) ++caught;
+      else ++survived;
+    }
+  }
+  if (caught + survived + skipped > 0)
+    fmt::print("mutation score: {}/{} caught ({} skipped: cannot run or be observed here)\n", caught, caught + survived,
+               skipped);
   // The cuDNN subject's graph-cache and kernel-cache counters, say.
   for (Subject* subject : under_test)
     if (const std::string line = subject->stats(); !line.empty()) fmt::print("stats: {}\n", line);

@@ -24,6 +24,18 @@ constexpr PlainMutant kPlainMutants[] = {
      "cpu-plain scaling logits by 1/sqrt(64) at d = 64, ignoring Problem::softmax_scale"},
     {PlainFlaw::bf16_truncating_epilogue, "mutant-cpu-bf16-truncating-epilogue",
      "cpu-plain rounding its bf16 output toward zero instead of to nearest"},
+    // Backward-only flaws (issue 22's bug classes): the forward stays correct,
+    // so only pass=bwd properties (Backward*) can catch them.
+    {PlainFlaw::bwd_scale_missing_in_ds, "mutant-cpu-bwd-scale-missing-in-ds",
+     "cpu-plain's backward without the softmax scale in dS (dQ and dK off by 1/scale)"},
+    {PlainFlaw::bwd_gqa_not_reduced, "mutant-cpu-bwd-gqa-not-reduced",
+     "cpu-plain's backward taking dK and dV from the first query head of each GQA group only"},
+    {PlainFlaw::bwd_masked_keys_in_dk, "mutant-cpu-bwd-masked-keys-in-dk",
+     "cpu-plain's backward adding masked keys' dS into dK"},
+    {PlainFlaw::bwd_delta_low_precision, "mutant-cpu-bwd-delta-low-precision",
+     "cpu-plain's backward accumulating D_i = rowsum(dO o O) in the storage dtype instead of f32"},
+    {PlainFlaw::bwd_d256_only_wrong, "mutant-cpu-bwd-d256-only-wrong",
+     "cpu-plain's backward leaving the last column of dQ at 0 when d = 256"},
 };
 
 struct Registrations {

@@ -118,16 +118,56 @@ class PropertyTest : public ::testing::Test {
 // reproducible: RapidCheck's own default of 100 successful cases per property.
 constexpr Budget kMutantBudget{.max_success = 100, .seed = 20261121, .ignore_environment = true};
 
+// The mutant's control: the registered subject it breaks, found as the
+// subject whose name begins the mutant's description ("cpu-plain's backward
+// without ...") and whose domain is the mutant's (so that, from one seed,
+// both draw the same cases); nullptr when none is registered.
+Subject* control_of(const Subject& mutant) {
+  Subject* control = nullptr;
+  const std::string domain = describe(mutant.capabilities());
+  for (Subject* subject : Registry::instance().subjects())
+    if (mutant.description().starts_with(subject->name()) && describe(subject->capabilities()) == domain &&
+        (!control || subject->name().size() > control->name().size()))
+      control = subject;
+  return control;
+}
+
 class MutantTest : public ::testing::Test {
  public:
   explicit MutantTest(Subject* mutant) : mutant_(mutant) {}
   void TestBody() override {
     if (const std::string why = missing_gpu(*mutant_); !why.empty()) GTEST_SKIP() << why;
-    for (const SubjectProperty& property : subject_properties()) {
+    std::vector<const SubjectProperty*> order;
+    for (const SubjectProperty& property : subject_properties())
+      if (property.end_to_end) order.push_back(&property);
+    for (const SubjectProperty& property : subject_properties())
+      if (!property.end_to_end) order.push_back(&property);
+    for (const SubjectProperty* tried : order) {
+      const SubjectProperty& property = *tried;
       if (!property.applies(mutant_->capabilities())) continue;
       const PropertyOutcome outcome =
           check_property(property, *mutant_, fmt::format("Mutants/{}/{}", mutant_->name(), property.name), kMutantBudget);
       if (!outcome.counterexample) continue;
+      // A catch counts only where the control passes the same cases (the same
+      // seed and domain draw them): a property that fails the unbroken kernel
+      // too (a rule too tight for it, a bug of the control's own) tells the
+      // mutant from nothing.
+      if (Subject* control = control_of(*mutant_); control && !missing_gpu(*control).empty()) {
+        fmt::print("{} failed {}, but its control {} cannot run here to confirm the catch\n", mutant_->name(),
+                   property.name, control->name());
+        continue;
+      } else if (control) {
+        // The same budget, not just the first N cases: RapidCheck sizes case i
+        // from i / max_success, so only the same budget replays the same cases.
+        const PropertyOutcome control_outcome = check_property(
+            property, *control, fmt::format("Mutants/{}/{}/control", mutant_->name(), property.name), kMutantBudget);
+        if (control_outcome.counterexample && control_outcome.cases <= outcome.cases) {
+          fmt::print("{} failed {} after {} case(s), but so did its control {} (after {}): not a catch\n{}",
+                     mutant_->name(), property.name, outcome.cases, control->name(), control_outcome.cases,
+                     control_outcome.evidence);
+          continue;
+        }
+      }
       fmt::print("MUTANT CAUGHT: {} by {} after {} case(s)\n{}", mutant_->name(), property.name, outcome.cases,
                  outcome.evidence);
       RecordProperty("caught_by", std::string(property.name));

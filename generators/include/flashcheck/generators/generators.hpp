@@ -60,13 +60,27 @@ struct DomainLimits {
   /// compiles a program per geometry reuses it; the sweep does not (it draws
   /// every geometry, and pays for the compilation).
   bool use_geometry_pool = true;
-  /// The share of draws that are backward problems (pass=bwd, dO from the
-  /// value families without NaN/Inf), where the domain has a backward
-  /// (Capabilities::backward): 0 draws forward problems only, 1 backward
-  /// only. A backward geometry gets max_work / 2.5 (the backward's FLOPs) and
-  /// no long prefill (seqlen_q stays within max_seqlen).
+  /// Backward problems (pass=bwd, issue 22): dO's family drawn from
+  /// gen_dout_values, and head dims of 160 to 256 (where the domain has them)
+  /// in 1 case of 4, the range where the peers' backward-only bugs were found
+  /// (flash-attention #1306 and #498, TransformerEngine #3216). Everything else
+  /// is drawn as for the forward. true: every draw (the backward properties).
+  bool backward = false;
+  /// With backward false: the share of draws that are backward problems,
+  /// where the domain has a backward (Capabilities::backward); the fuzz sweep
+  /// draws a third. A backward geometry gets max_work / 2.5 (the backward's
+  /// FLOPs) and no long prefill (seqlen_q stays within max_seqlen: the judge
+  /// computes the f64 forward on every query row to hand over O and LSE).
   double backward_share = 0;
 };
+
+/// dO's value families for backward problems: normal(mean, std) mostly,
+/// uniform, heavy tails, LLM-style outliers, sparse small integers. Not the
+/// families placed at the dtype's range edges (near_overflow, subnormal) nor
+/// NaN/Inf: a gradient sums dO over up to every query row, so dO near the
+/// dtype's maximum overflows the gradient in the dtype while the f64 oracle
+/// stays finite, a limit of the dtype and not of a kernel.
+rc::Gen<ValueDist> gen_dout_values();
 
 /// Problems inside `caps`, weighted toward the edges: lengths 0, 1, 2, the
 /// tile sizes +-1, primes (97, 113, 1023, 1025), Sq > Skv and Sq < Skv; GQA

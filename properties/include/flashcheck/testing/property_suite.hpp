@@ -36,7 +36,11 @@ void add_property_tests(Subject& subject);
 void add_property_tests(Subject& subject, std::string_view suite);
 /// Registers <suite>.<name>: the deliberately broken `mutant` must fail some
 /// applicable property within the default budget of 100 cases, from a fixed
-/// seed (20261121), so that "caught after N cases" is reproducible. A mutant
+/// seed (20261121), so that "caught after N cases" is reproducible. The
+/// end-to-end properties (SubjectProperty::end_to_end) are tried first, then
+/// the others in their order. Where the mutant's control is registered (the
+/// subject whose name begins the mutant's description, with the same domain),
+/// a failure counts as a catch only if the control passes the same cases. A mutant
 /// that survives fails the test, unless the Registry declares why it cannot
 /// be observed here (then SKIPPED).
 void add_mutant_test(Subject& mutant, std::string_view suite = "Mutants");
@@ -54,10 +58,18 @@ struct SubjectProperty {
   /// The share of the budget (RapidCheck's max_success) the property runs:
   /// 1, or 1/20 for the empty and fully masked shapes, which have one answer.
   double budget_share = 1.0;
+  /// The property judges whole cases with the tolerance rule (against the
+  /// oracles): the mutant test tries these first, since they catch any flaw
+  /// that shows in their pass, and a backward-only flaw would otherwise wait
+  /// for every forward property's budget before a backward one draws.
+  bool end_to_end = false;
 };
 
-/// Every subject property, in a fixed order.
+/// Every subject property, in a fixed order: the forward's, then the
+/// backward's (pass=bwd, for subjects whose Capabilities::backward is true).
 const std::vector<SubjectProperty>& subject_properties();
+/// The backward's properties alone (backward_properties.cpp).
+const std::vector<SubjectProperty>& backward_properties();
 
 /// The largest share of its drawn cases a property may discard (RC_PRE,
 /// RC_DISCARD, a refusal at launch) and still pass. Each property draws only

@@ -1,0 +1,435 @@
+// The backward pass's properties (issue 22 item 4), for every subject whose
+// Capabilities::backward is true: each the relation it states, on the
+// BackwardTestbed (backward_testbed.hpp), with its bound derived beside it.
+// RapidCheck's public API only, as subject_properties.cpp.
+#include <fmt/format.h>
+#include <rapidcheck.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "flashcheck/core/values.hpp"
+#include "flashcheck/testing/backward_testbed.hpp"
+#include "flashcheck/testing/property_suite.hpp"
+#include "flashcheck/testing/reference_cache.hpp"
+#include "problem_moves.hpp"
+
+namespace flashcheck::testing {
+namespace {
+
+bool has_backward(const Capabilities& caps) { return caps.backward; }
+bool backward_unmasked(const Capabilities& caps) { return caps.backward && caps.masks.contains(MaskKind::none); }
+bool backward_gqa(const Capabilities& caps) { return caps.backward && caps.gqa; }
+bool backward_varlen(const Capabilities& caps) { return caps.backward && caps.varlen; }
+bool backward_causal(const Capabilities& caps) {
+  return caps.backward && (caps.masks.contains(MaskKind::causal_tl) || caps.masks.contains(MaskKind::causal_br) ||
+                           caps.masks.contains(MaskKind::window));
+}
+
+DType working_dtype(const Capabilities& caps, const Problem& p) { return caps.compute_dtype.value_or(p.dtype); }
+
+// The f64 forward of (p, inputs) on every row, and what a subject is handed from it.
+struct Forward {
+  AttentionRows exact;
+  Outputs handed;
+};
+Forward forward_of(const Problem& p, const Inputs& inputs) {
+  Forward f;
+  f.exact = ReferenceCache::instance().reference(p, inputs, all_rows(p));
+  f.handed = backward_outputs(p, f.exact);
+  return f;
+}
+
+// Problems whose gradients stay finite in the dtype, for the identities:
+// no NaN/Inf inputs, and no near_overflow values, whose gradients (sums of
+// up to every query row's terms of |V| near the dtype's maximum) overflow
+// f16 by design, where the identity has no finite value to check.
+rc::Gen<Problem> finite_gradient_problems(const BackwardTestbed& bed) {
+  return rc::gen::suchThat(bed.problems({.allow_special_values = false}),
+                           [](const Problem& q) { return q.values.family != ValueFamily::near_overflow; });
+}
+
+std::string p_error_class(double p_error) {
+  return p_error < 1e-5 ? "p_error=<1e-5" : p_error < 1e-2 ? "p_error=<1e-2" : "p_error=>=1e-2";
+}
+
+// ---- the properties ---------------------------------------------------------
+
+// End to end: the backward judge on random pass=bwd problems of the domain
+// (every query and key row): dQ, dK and dV within k_g x baseline + floor of
+// the f64 gradient oracle, NaN/Inf positions equal. NaN/Inf inputs are drawn
+// where the domain takes them. No vacuous pass: where the oracle's gradients
+// are not all zero, neither are the subject's.
+void backward_agrees_with_oracle(Subject& subject) {
+  BackwardTestbed bed(subject);
+  const Problem p = bed.draw(bed.problems());
+  RC_TAG("values=" + std::string(to_string(p.values.family)));
+  RC_TAG("dout=" + std::string(to_string(p.dout.family)));
+  bed.initialize(p);
+  const GradientMetrics& reference = bed.base().subject_gradients;
+  for (const TensorMetrics* g : {&reference.dq, &reference.dk, &reference.dv})
+    RC_ASSERT(g->errors.count + g->census.want_nan + g->census.want_pos_inf + g->census.want_neg_inf > 0);
+  const auto nonzero = [](const HostTensor& t) {
+    for (std::int64_t n = 0; n < t.size(); ++n)
+      if (t.load(n) != 0) return true;
+    return false;
+  };
+  if (reference.dv.errors.ref_rms > 0) RC_ASSERT(nonzero(bed.gradients().dv));
+  if (reference.dq.errors.ref_rms > 0) RC_ASSERT(nonzero(bed.gradients().dq));
+}
+
+// Sum_j dK_j = scale Sum_i (dO_i . (O_i - Oh_i)) Q_i per (batch, K/V head),
+// which is 0 for the exact O (shift invariance of the softmax: Sum_j dS_ij =
+// 0); the derivation and the bound are at gradient_sums (backward_testbed.cpp).
+// The subject alone runs (no gradient oracle): the identity is checked on its
+// own arithmetic.
+void backward_key_sum(Subject& subject) {
+  BackwardTestbed bed(subject);
+  const Problem p = bed.draw(finite_gradient_problems(bed));
+  const Inputs in = generate_inputs(p);
+  const HostTensor dout = generate_dout(p);
+  const Forward f = forward_of(p, in);
+  const Gradients got = bed.call(p, BackwardInputs{in, f.handed, dout});
+  const GradientSums sums = gradient_sums(p, in, dout, f.exact, f.handed, got, working_dtype(bed.capabilities(), p));
+  RC_TAG(p_error_class(sums.largest_p_error));
+  for (const ColumnSum& s : sums.dk)
+    if (!(std::fabs(s.got - s.want) <= s.bound))
+      RC_FAIL(fmt::format("Sum_j dK_j: (b={}, hkv={}, col={}) sums to {:.9g}, the identity gives {:.9g}: off by "
+                          "{:.3e}, over the derived bound {:.3e}\n  problem: '{}'\n  replay: {}",
+                          s.b, s.hk, s.column, s.got, s.want, std::fabs(s.got - s.want), s.bound, to_line(p),
+                          replay_command(subject.name(), p)));
+}
+
+// Sum_j dV_j = Sum_i dO_i over the rows that see a key (rows of P sum to 1),
+// per (batch, K/V head) over the group's query heads; bound at gradient_sums.
+void backward_value_sum(Subject& subject) {
+  BackwardTestbed bed(subject);
+  const Problem p = bed.draw(finite_gradient_problems(bed));
+  const Inputs in = generate_inputs(p);
+  const HostTensor dout = generate_dout(p);
+  const Forward f = forward_of(p, in);
+  const Gradients got = bed.call(p, BackwardInputs{in, f.handed, dout});
+  const GradientSums sums = gradient_sums(p, in, dout, f.exact, f.handed, got, working_dtype(bed.capabilities(), p));
+  RC_TAG(p_error_class(sums.largest_p_error));
+  for (const ColumnSum& s : sums.dv)
+    if (!(std::fabs(s.got - s.want) <= s.bound))
+      RC_FAIL(fmt::format("Sum_j dV_j = Sum_i dO_i: (b={}, hkv={}, col={}) sums to {:.9g}, dO to {:.9g}: off by "
+                          "{:.3e}, over the derived bound {:.3e}\n  problem: '{}'\n  replay: {}",
+                          s.b, s.hk, s.column, s.got, s.want, std::fabs(s.got - s.want), s.bound, to_line(p),
+                          replay_command(subject.name(), p)));
+}
+
+// The gradients are linear in dO (P does not depend on it): dO -> 2^k dO
+// scales dQ, dK and dV by 2^k, and dO = 0 gives zeros.
+// Exactly, bitwise: every IEEE operation is scale-exact for a power of two,
+// fl(2^k x) = 2^k fl(x), wherever neither x nor 2^k x is subnormal or past
+// the format's range; P and the other operand of every product do not depend
+// on dO, so every value of the chain scales exactly (the CPU subjects and the
+// mutants compute so; a kernel that quantises dO with a scale of its own
+// would not, and fails here). Where that holds (every non-zero term a
+// backward sums is at least 2^-100 in f64, so that no f32 intermediate can
+// come near f32's subnormals at 2^-126 even after its own roundings, and
+// after the scaling), an element whose two values are normal in the dtype is
+// compared bitwise; one in the dtype's subnormal range (or at its smallest
+// normal, which a subnormal rounds up to) was rounded on the subnormal grid
+// s_o: within (1 + 2^k) s_o / 2. Where some term is smaller,
+// each f32 operation on the subnormal grid may err by s_f32 / 2 on either
+// side, at most (N (d + dv + 8)) such operations per element (N: its terms),
+// amplified by at most M^2 (M the largest of 1, scale |Q|, scale |K|, |V|,
+// |dO|): tau = 2 (1 + 2^k) N (d + dv + 8) s_f32 M^2, and the dtype's rounding
+// then moves the element by at most one unit in the last place: within
+// tau + ulp(2^k g) + (1 + 2^k) s_o / 2. Elements whose scaled value leaves
+// the dtype's range are not compared (counted in the tag).
+void backward_linear_in_dout(Subject& subject) {
+  BackwardTestbed bed(subject);
+  const Problem p = bed.draw(finite_gradient_problems(bed));
+  const Inputs in = generate_inputs(p);
+  const HostTensor dout = generate_dout(p);
+  const Forward f = forward_of(p, in);
+  int power = *rc::gen::element(1, -1, 2, 3);
+  // dO itself must scale exactly in its dtype: halving an f16 dO of 1e-4
+  // lands in f16's subnormals and rounds. Where it would, the case doubles.
+  const auto exactly_scaled = [&](double times) {
+    for (std::int64_t n = 0; n < dout.size(); ++n)
+      if (std::isfinite(dout.load(n)) && round_to(p.dtype, times * dout.load(n)) != times * dout.load(n)) return false;
+    return true;
+  };
+  if (!exactly_scaled(std::ldexp(1.0, power))) power = 1;
+  RC_PRE(exactly_scaled(std::ldexp(1.0, power)));  // only an overflow of 2 dO could fail here
+  RC_TAG(fmt::format("factor=2^{}", power));
+  const double factor = std::ldexp(1.0, power);
+  const HostTensor scaled = map_elements(dout, [factor](double x) { return factor * x; });
+  const RowSet q_rows = all_rows(p), kv_rows = all_key_rows(p);
+  const GradientRows base = gather_gradients(p, bed.call(p, BackwardInputs{in, f.handed, dout}), q_rows, kv_rows);
+  const GradientRows got = gather_gradients(p, bed.call(p, BackwardInputs{in, f.handed, scaled}), q_rows, kv_rows);
+  const double smallest = smallest_backward_term(p, in, dout, f.exact, f.handed) * std::min(1.0, factor);
+  const bool exact = smallest >= 0x1p-100;
+  RC_TAG(exact ? "linearity=bitwise" : "linearity=one ulp");
+  double largest = 1;
+  const auto grow = [&](const HostTensor& t, double times) {
+    for (std::int64_t n = 0; n < t.size(); ++n)
+      if (std::isfinite(t.load(n))) largest = std::max(largest, times * std::fabs(t.load(n)));
+  };
+  grow(in.q, p.softmax_scale);
+  grow(in.k, p.softmax_scale);
+  grow(in.v, 1);
+  grow(dout, 1);
+  const double terms = static_cast<double>(std::max(p.seqlen_kv, p.seqlen_q * p.group_size()));
+  const double tau = 2 * (1 + factor) * terms * static_cast<double>(p.head_dim + p.head_dim_v + 8) *
+                     min_subnormal(DType::f32) * largest * largest;
+  const double so = min_subnormal(p.dtype), top = max_finite(p.dtype);
+  std::int64_t out_of_range = 0;
+  const auto check = [&](const char* name, std::int64_t b, std::int64_t h, std::int64_t r, std::int64_t c, double base_g,
+                         double got_g) {
+    const double want = factor * base_g;
+    if (!std::isfinite(base_g) || std::fabs(want) >= top) {
+      ++out_of_range;
+      return;
+    }
+    // Strictly above the smallest normal: a value rounded up to it may have
+    // been subnormal before its rounding.
+    const bool normal = std::fabs(base_g) > min_normal(p.dtype) && std::fabs(want) > min_normal(p.dtype);
+    const double tolerance = exact ? (normal ? 0.0 : (1 + factor) * so / 2)
+                                   : tau + ulp_at(p.dtype, want) + (1 + factor) * so / 2;
+    if (!(std::fabs(got_g - want) <= tolerance))
+      RC_FAIL(fmt::format("dO -> {} dO: {}(b={}, h={}, row={}, col={}) is {:.9g}, {} x the base's {:.9g} is {:.9g} "
+                          "(allowed {:.3e}: {})\n  problem: '{}'\n  replay: {}",
+                          factor, name, b, h, r, c, got_g, factor, base_g, want, tolerance,
+                          exact ? "bitwise where normal" : "some term is below 2^-100", to_line(p),
+                          replay_command(subject.name(), p)));
+  };
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    for (std::int64_t h = 0; h < p.heads_q; ++h)
+      for (std::int64_t i = 0; i < p.len_q(b); ++i)
+        for (std::int64_t c = 0; c < p.head_dim; ++c) check("dQ", b, h, i, c, base.dq_row(b, h, i)[c], got.dq_row(b, h, i)[c]);
+    for (std::int64_t hk = 0; hk < p.heads_kv; ++hk)
+      for (std::int64_t j = 0; j < p.len_kv(b); ++j) {
+        for (std::int64_t c = 0; c < p.head_dim; ++c) check("dK", b, hk, j, c, base.dk_row(b, hk, j)[c], got.dk_row(b, hk, j)[c]);
+        for (std::int64_t c = 0; c < p.head_dim_v; ++c)
+          check("dV", b, hk, j, c, base.dv_row(b, hk, j)[c], got.dv_row(b, hk, j)[c]);
+      }
+  }
+  RC_TAG(out_of_range ? "scaled_out_of_range=some" : "scaled_out_of_range=none");
+  // dO = 0: dV = P^T 0, dP = 0, D = 0, dS = P (0 - 0): every gradient is 0 exactly.
+  const HostTensor zero = map_elements(dout, [](double) { return 0.0; });
+  const Gradients zeros = bed.call(p, BackwardInputs{in, f.handed, zero});
+  for (const auto& [name, t] : {std::pair<const char*, const HostTensor*>{"dQ", &zeros.dq}, {"dK", &zeros.dk}, {"dV", &zeros.dv}})
+    for (std::int64_t n = 0; n < t->size(); ++n)
+      if (t->load(n) != 0)
+        RC_FAIL(fmt::format("dO = 0: {} element {} (storage order) is {:.9g}, not 0\n  problem: '{}'", name, n,
+                            t->load(n), to_line(p)));
+}
+
+// One run of the subject on (p, inputs, dout), handed the f64 forward, with
+// the per-element bound of its gradients (gradient_error_bounds).
+struct BoundedRun {
+  GradientRows gradients, bounds;
+};
+BoundedRun bounded_run(const BackwardTestbed& bed, const Problem& p, const Inputs& in, const HostTensor& dout) {
+  const Forward f = forward_of(p, in);
+  const Gradients got = bed.call(p, BackwardInputs{in, f.handed, dout});
+  return {gather_gradients(p, got, all_rows(p), all_key_rows(p)),
+          gradient_error_bounds(p, in, dout, f.exact, f.handed, got, working_dtype(bed.capabilities(), p))};
+}
+
+GradientRows plus(GradientRows x, const GradientRows& y) {
+  for (auto [to, from] : {std::pair{&x.dq, &y.dq}, {&x.dk, &y.dk}, {&x.dv, &y.dv}})
+    for (std::size_t n = 0; n < to->size(); ++n) (*to)[n] += (*from)[n];
+  return x;
+}
+
+// The relations between two runs below hold exactly for the exact gradients;
+// each run is within its derived bound of its exact gradients
+// (gradient_error_bounds, from the roundings a subject may make, no tolerance
+// rule and no gradient oracle), so the two runs agree within the sum of their
+// bounds, moved by the relation.
+
+// Query head h of a group reads K/V head h / group: MHA with each K/V head
+// repeated once per query head gives the same dQ, and its per-head dK and dV
+// summed over the group are GQA's (the backward of repeating K and V).
+void backward_gqa_equals_summed_mha(Subject& subject) {
+  BackwardTestbed bed(subject);
+  // The filter outlives this body while RapidCheck shrinks: it holds the domain, not the bed.
+  const Problem gqa = bed.draw(grouped(finite_gradient_problems(bed), kBackwardMaxWork),
+                               [caps = bed.capabilities()](const Problem& q) {
+                                 return q.heads_kv < q.heads_q && !unsupported_reason(caps, repeated_mha(q));
+                               });
+  const Problem mha = repeated_mha(gqa);
+  const Inputs in = generate_inputs(gqa);
+  const HostTensor dout = generate_dout(gqa);
+  const Inputs repeated{in.q, repeat(in.k, Axis::heads, gqa.group_size()), repeat(in.v, Axis::heads, gqa.group_size())};
+  const BoundedRun grouped_run = bounded_run(bed, gqa, in, dout), mha_run = bounded_run(bed, mha, repeated, dout);
+  bed.verify("GQA == MHA with repeated K/V, dK/dV summed over the group", gqa,
+             sum_over_groups(mha_run.gradients, gqa), grouped_run.gradients,
+             plus(grouped_run.bounds, sum_over_groups(mha_run.bounds, gqa)), {&gqa, &mha});
+}
+
+// Permuting each sequence's keys and values together permutes dK and dV the
+// same way (each key's gradient is its own sum over the query rows) and leaves
+// dQ unchanged (a sum over the keys, in another order). Unmasked problems.
+void backward_key_value_permutation(Subject& subject) {
+  BackwardTestbed bed(subject);
+  const Problem p = bed.draw(rc::gen::map(finite_gradient_problems(bed), unmasked));
+  const Inputs in = generate_inputs(p);
+  const HostTensor dout = generate_dout(p);
+  const RowOrder order = draw_row_order(lengths_kv(p), p.heads_kv);
+  const Inputs moved{in.q, permute_rows(in.k, order), permute_rows(in.v, order)};
+  const BoundedRun base = bounded_run(bed, p, in, dout), permuted = bounded_run(bed, p, moved, dout);
+  bed.verify("K/V row permutation", p, permuted.gradients, permute_key_rows(base.gradients, order),
+             plus(permuted.bounds, permute_key_rows(base.bounds, order)), {&p});
+}
+
+// Each sequence of a padded batch alone (its Q, K, V and dO trimmed to its
+// lengths) has the gradients of that sequence in the batch.
+void backward_padded_equals_trimmed(Subject& subject) {
+  BackwardTestbed bed(subject);
+  const Problem p = bed.draw(padded(finite_gradient_problems(bed)), [caps = bed.capabilities()](const Problem& q) {
+    for (std::int64_t b = 0; b < q.batch; ++b)
+      if (const Problem t = trimmed(q, b); !unsupported_reason(caps, t) && visible_rows(t) > 0) return true;
+    return false;
+  });
+  const Inputs in = generate_inputs(p);
+  const HostTensor dout = generate_dout(p);
+  const BoundedRun batch = bounded_run(bed, p, in, dout);
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    const Problem t = trimmed(p, b);
+    if (!bed.sufficient(t)) continue;
+    const auto alone = [&](const HostTensor& x, std::int64_t length) {
+      return trim(slice(x, Axis::batch, b, 1), Axis::seq, length);
+    };
+    const Inputs entry{alone(in.q, t.seqlen_q), alone(in.k, t.seqlen_kv), alone(in.v, t.seqlen_kv)};
+    const BoundedRun single = bounded_run(bed, t, entry, alone(dout, t.seqlen_q));
+    bed.verify("padded == trimmed", t, single.gradients, gradient_entry(batch.gradients, b, t),
+               plus(single.bounds, gradient_entry(batch.bounds, b, t)), {&p, &t});
+  }
+}
+
+// Causal prefix: dQ_i = scale Sum_j dS_ij K_j over the keys row i sees, with
+// dS_ij from P_ij (that row's logits), dP_ij (dO_i . V_j) and D_i (dO_i . O_i,
+// O_i again over the keys it sees): nothing of a key past the row's last
+// visible key enters it, and neither does it enter the O and LSE the row is
+// handed. Change every key and value from `cut` on: such rows' dQ must not
+// change by a single bit.
+void backward_causal_prefix(Subject& subject) {
+  BackwardTestbed bed(subject);
+  const Problem p = bed.draw(bed.problems({.allow_special_values = false}), [](const Problem& q) {
+    return q.mask != MaskKind::none && earliest_unseen_key(q) < q.seqlen_kv;
+  });
+  const Inputs in = generate_inputs(p);
+  const HostTensor dout = generate_dout(p);
+  const std::int64_t cut = *rc::gen::inRange<std::int64_t>(earliest_unseen_key(p), p.seqlen_kv);
+  // The changed values stay finite (one the map would overflow is negated).
+  const auto past_cut = [&](double a, double b) {
+    return [&p, cut, a, b](const Element& e, double x) {
+      return e.s < cut ? x : std::isfinite(round_to(p.dtype, a * x + b)) ? a * x + b : -x;
+    };
+  };
+  const Inputs changed{in.q, map_elements(in.k, past_cut(-3, 1)), map_elements(in.v, past_cut(7, -2))};
+  const GradientRows before = bed.run(p, in, dout), after = bed.run(p, changed, dout);
+  const std::int64_t compared = bed.verify_bitwise(
+      "dQ of rows whose keys end before the changed ones", p, after, before,
+      [&](std::int64_t b, std::int64_t, std::int64_t i) {
+        const VisibleKeys range = visible_key_range(p, b, i);
+        return range.count() == 0 || range.last < cut;
+      },
+      [](std::int64_t, std::int64_t, std::int64_t) { return false; });
+  RC_TAG(compared > 0 ? "bitwise_rows=some" : "bitwise_rows=none");
+  RC_ASSERT(compared > 0);  // by the choice of cut
+}
+
+// Change one (batch, K/V head)'s K, V and its group's Q and dO: every other
+// (batch, query head)'s dQ and every other (batch, K/V head)'s dK and dV must
+// not change by a single bit (nor do the O and LSE they are handed).
+void backward_batch_and_head_independence(Subject& subject) {
+  BackwardTestbed bed(subject);
+  const Problem p = bed.draw(bed.problems({.allow_special_values = false}),
+                             [](const Problem& q) { return q.batch * q.heads_kv >= 2; });
+  const Inputs in = generate_inputs(p);
+  const HostTensor dout = generate_dout(p);
+  const auto [target_b, target_hk] = *rc::gen::elementOf(independence_targets(p));
+  const auto in_target = [&](const Element& e, std::int64_t group) { return e.b == target_b && e.h / group == target_hk; };
+  const Inputs changed{
+      map_elements(in.q, [&](const Element& e, double x) { return in_target(e, p.group_size()) ? 0.5 * x + 1 : x; }),
+      map_elements(in.k, [&](const Element& e, double x) { return in_target(e, 1) ? 2 * x - 1 : x; }),
+      map_elements(in.v, [&](const Element& e, double x) { return in_target(e, 1) ? -x + 3 : x; })};
+  const HostTensor changed_dout =
+      map_elements(dout, [&](const Element& e, double x) { return in_target(e, p.group_size()) ? -2 * x + 0.5 : x; });
+  const GradientRows before = bed.run(p, in, dout), after = bed.run(p, changed, changed_dout);
+  const std::int64_t compared = bed.verify_bitwise(
+      "another (batch, head)'s inputs", p, after, before,
+      [&](std::int64_t b, std::int64_t h, std::int64_t) { return b != target_b || h / p.group_size() != target_hk; },
+      [&](std::int64_t b, std::int64_t hk, std::int64_t) { return b != target_b || hk != target_hk; });
+  RC_TAG(compared > 0 ? "bitwise_rows=some" : "bitwise_rows=none");
+  RC_ASSERT(compared > 0);  // by the choice of target
+}
+
+// Determinism. A subject that declares its backward deterministic
+// (Capabilities::backward_deterministic: an ordered dQ reduction, no atomics)
+// gives the same bits, padding and NaN payloads included, over kReruns calls
+// on the same inputs. Any other is judged once (the base case passes the
+// rule) and each rerun must pass the rule's max bound on its own against the
+// base's reference: their spread stays inside the tolerance (tagged).
+constexpr int kReruns = 4;
+
+void backward_deterministic(Subject& subject) {
+  BackwardTestbed bed(subject);
+  const Problem p = bed.draw(bed.problems());
+  if (bed.capabilities().backward_deterministic) {
+    const Inputs in = generate_inputs(p);
+    const BackwardInputs handed{in, bed.handed(p, in), generate_dout(p)};
+    const Gradients first = bed.call(p, handed);
+    for (int rerun = 1; rerun < kReruns; ++rerun) {
+      const Gradients again = bed.call(p, handed);
+      for (const auto& [name, x, y] : {std::tuple<const char*, const HostTensor*, const HostTensor*>{"dQ", &first.dq, &again.dq},
+                                       {"dK", &first.dk, &again.dk}, {"dV", &first.dv, &again.dv}})
+        if (!(*x == *y))
+          RC_FAIL(fmt::format("declared deterministic, but call {} gave other {} bits than call 1\n  problem: '{}'\n  "
+                              "replay: {}",
+                              rerun + 1, name, to_line(p), replay_command(subject.name(), p)));
+    }
+    RC_TAG("determinism=bitwise");
+    return;
+  }
+  bed.initialize(p);
+  double spread = 0;
+  for (int rerun = 1; rerun < kReruns; ++rerun) {
+    const GradientRows again = bed.run(p, bed.inputs(), bed.dout());
+    bed.verify(fmt::format("rerun {} against the reference", rerun + 1), p, again, bed.reference(), bed.bound(), {&p});
+    for (std::size_t n = 0; n < again.dq.size(); ++n) spread = std::max(spread, std::fabs(again.dq[n] - bed.rows().dq[n]));
+  }
+  RC_TAG(spread == 0 ? "determinism=spread 0" : "determinism=spread > 0");
+}
+
+}  // namespace
+
+const std::vector<SubjectProperty>& backward_properties() {
+  static const std::vector<SubjectProperty> properties = {
+      {"BackwardAgreesWithTheOracle",
+       "pass=bwd: dQ, dK, dV within k_g x baseline + floor of the f64 gradient oracle, NaN/Inf positions equal",
+       has_backward, backward_agrees_with_oracle, 1.0, /*end_to_end=*/true},
+      {"BackwardKeyGradientsSumToTheShift", "Sum_j dK_j = scale Sum_i (dO_i . (O_i - Oh_i)) Q_i (0 for the exact O)",
+       has_backward, backward_key_sum},
+      {"BackwardValueGradientsSumToDout", "Sum_j dV_j = Sum_i dO_i over the rows that see a key", has_backward,
+       backward_value_sum},
+      {"BackwardLinearInDout", "dO -> 2^k dO scales dQ, dK, dV by 2^k (bitwise where no term nears f32 subnormals); "
+                               "dO = 0 gives 0",
+       has_backward, backward_linear_in_dout},
+      {"BackwardGqaEqualsSummedMha", "GQA's gradients equal MHA's with repeated K/V, dK/dV summed over the group",
+       backward_gqa, backward_gqa_equals_summed_mha},
+      {"BackwardKeyValuePermutation", "permuting K and V rows permutes dK and dV and leaves dQ (unmasked)",
+       backward_unmasked, backward_key_value_permutation},
+      {"BackwardCausalPrefix", "changing keys past a row's last visible key leaves its dQ bits unchanged",
+       backward_causal, backward_causal_prefix},
+      {"BackwardBatchAndHeadIndependence", "changing one (batch, head group) leaves every other's gradient bits",
+       has_backward, backward_batch_and_head_independence},
+      {"BackwardPaddedEqualsTrimmed", "each sequence of a padded batch has the gradients of that sequence alone",
+       backward_varlen, backward_padded_equals_trimmed},
+      {"BackwardDeterministic",
+       "declared deterministic: bitwise over 4 calls; otherwise every rerun within the rule's bound",
+       has_backward, backward_deterministic},
+  };
+  return properties;
+}
+
+}  // namespace flashcheck::testing
