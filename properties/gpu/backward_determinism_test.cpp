@@ -4,15 +4,15 @@
 // stream keeps the GPU busy; the mutant, whose gradients are as accurate,
 // gives different bits across the same reruns: the error rule cannot see its
 // flaw, the determinism check must. GPU only; SKIPPED without one.
-#include <cuda_runtime.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <string>
-#include <vector>
+#include <tuple>
 
 #include "flashcheck/core/backward.hpp"
 #include "flashcheck/core/gpu/device_info.hpp"
@@ -22,6 +22,7 @@
 #include "flashcheck/kernels/backward/rowthread.hpp"
 #include "flashcheck/oracles/cpu_f64.hpp"
 #include "properties/ctest_resources.hpp"
+#include "properties/gpu/busy_stream.hpp"
 
 namespace flashcheck {
 namespace {
@@ -55,47 +56,6 @@ std::string missing_gpu(const Subject& subject) {
   const auto why = unavailable_reason(subject.capabilities());
   return why ? fmt::format("{} is unavailable here: {}", subject.name(), *why) : std::string();
 }
-
-// Keeps SMs busy on a stream of its own for about `nanoseconds`.
-__global__ void busy_kernel(std::uint64_t nanoseconds, float* sink) {
-  std::uint64_t start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  float x = static_cast<float>(threadIdx.x);
-  do {
-    for (int n = 0; n < 64; ++n) x = x * 0.999999f + 1.0e-6f;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  } while (now - start < nanoseconds);
-  if (x == -1.0f) *sink = x;  // never true: keeps the loop's arithmetic
-}
-
-// A non-blocking stream (it does not wait for, nor hold up, the subject's)
-// with a busy kernel on it, launched anew for each rerun.
-class BusyStream {
- public:
-  BusyStream() {
-    EXPECT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
-    EXPECT_EQ(cudaMalloc(&sink_, sizeof(float)), cudaSuccess);
-    int device = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device);
-  }
-  ~BusyStream() {
-    cudaStreamSynchronize(stream_);
-    cudaFree(sink_);
-    cudaStreamDestroy(stream_);
-  }
-  /// Occupies `blocks_per_sm` blocks of 256 threads on every SM for 20 ms.
-  void start(int blocks_per_sm) {
-    busy_kernel<<<blocks_per_sm * multiprocessors_, 256, 0, stream_>>>(20'000'000, sink_);
-    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-  }
-  void finish() { ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess); }
-
- private:
-  cudaStream_t stream_ = nullptr;
-  float* sink_ = nullptr;
-  int multiprocessors_ = 1;
-};
 
 BackwardInputs handed_inputs(const Problem& p) {
   BackwardInputs handed;
@@ -146,10 +106,10 @@ Reruns rerun(Subject& subject, const Problem& p, const BackwardInputs& handed) {
   EXPECT_GT(norm(first.gradients.dq), 0);
   EXPECT_GT(norm(first.gradients.dk), 0);
   EXPECT_GT(norm(first.gradients.dv), 0);
-  BusyStream busy;
+  testing_gpu::BusyStream busy;
   for (int run = 0; run < 2 * kReruns; ++run) {
     const bool loaded = run >= kReruns;
-    if (loaded) busy.start(1 + run % 4);
+    if (loaded) busy.start(1 + run % 4, 20);
     const BackwardResult again = subject.run_backward(p, handed);
     if (loaded) busy.finish();
     EXPECT_EQ(again.status, Status::ok) << again.message;
