@@ -128,6 +128,19 @@ Subject& find(std::string_view name) {
   return *subject;
 }
 
+// Runs on any machine: the refusals come before any device call.
+TEST(GpuRowthreadBackward, RefusesOutsideItsDomainAndIsUnavailableWithoutAGpu) {
+  Subject& subject = find(kRowthreadBackwardName);
+  const Problem outside = parse_problem("b=1 hq=2 sq=10 skv=10 d=512 dtype=f16 pass=bwd");
+  const BackwardResult refused = subject.run_backward(outside, handed_inputs(outside));
+  EXPECT_EQ(refused.status, Status::unsupported) << refused.message;
+  EXPECT_NE(refused.message.find("head_dim 512"), std::string::npos) << refused.message;
+  const Problem inside = parse_problem("b=1 hq=2 sq=10 skv=10 d=64 dtype=f16 pass=bwd");
+  const BackwardResult run = subject.run_backward(inside, handed_inputs(inside));
+  if (missing_gpu(subject).empty()) EXPECT_EQ(run.status, Status::ok) << run.message;
+  else EXPECT_EQ(run.status, Status::unavailable) << run.message;
+}
+
 TEST(GpuRowthreadBackward, PassesTheBackwardRule) {
   Subject& subject = find(kRowthreadBackwardName);
   if (const std::string why = missing_gpu(subject); !why.empty()) GTEST_SKIP() << why;
