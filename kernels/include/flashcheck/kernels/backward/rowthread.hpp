@@ -45,7 +45,9 @@ inline constexpr Capabilities kRowthreadBackwardCapabilities = {
     .tile_kv = kRowthreadBackwardThreads,
     .needs_gpu = true,
     .min_compute_capability = 80,
-    // The forward is one pass: O accumulates unnormalised in f32.
+    // The forward is one pass: O accumulates unnormalised in f32. The
+    // backward's f32 sums overflow in the same regime (dP = dO V^T, then dS
+    // and dK): on near_overflow values, max |V| times the keys past 3.4e38.
     .accumulator_max = std::numeric_limits<float>::max(),
     .backward = true,
     .backward_deterministic = true,
