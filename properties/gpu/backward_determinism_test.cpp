@@ -129,7 +129,7 @@ Subject& find(std::string_view name) {
 }
 
 // Runs on any machine: the refusals come before any device call.
-TEST(GpuRowthreadBackward, RefusesOutsideItsDomainAndIsUnavailableWithoutAGpu) {
+TEST(RowthreadBackward, RefusesOutsideItsDomainAndIsUnavailableWithoutAGpu) {
   Subject& subject = find(kRowthreadBackwardName);
   const Problem outside = parse_problem("b=1 hq=2 sq=10 skv=10 d=512 dtype=f16 pass=bwd");
   const BackwardResult refused = subject.run_backward(outside, handed_inputs(outside));
@@ -165,16 +165,19 @@ TEST(GpuRowthreadBackward, IsBitwiseRepeatableAlsoUnderABusyGpu) {
                                  << reruns.first_change << "\n  problem: " << kRerunLine;
 }
 
-// The mutant is caught by the reruns alone: on the judged problems its
-// gradients pass the error rule (the first problem here), and over the same
-// reruns as the subject's its bits change.
+// The mutant is caught by the reruns alone: its gradients pass the error rule
+// (on the first judged problem; where the judge reruns a declared-deterministic
+// backward itself, it may fail there, on determinism and nothing else), and
+// over the same reruns as the subject's its bits change.
 TEST(GpuRowthreadBackward, TheAtomicDqMutantPassesTheRuleButNotTheReruns) {
   Subject& mutant = find(kAtomicDqMutantName);
   if (const std::string why = missing_gpu(mutant); !why.empty()) GTEST_SKIP() << why;
   ASSERT_TRUE(mutant.capabilities().backward_deterministic);  // what it declares, falsely
   const CaseResult judged = judge(mutant, parse_problem(kJudgedLines[0]));
   ASSERT_EQ(judged.status, Status::ok) << explain(judged);
-  EXPECT_TRUE(judged.passed()) << "the mutant's flaw is its order only; the rule should hold:\n" << explain(judged);
+  const bool caught_on_determinism = judged.verdict.rule.rfind("determinism", 0) == 0;
+  EXPECT_TRUE(judged.passed() || caught_on_determinism)
+      << "the mutant's flaw is its order only; the error rule should hold:\n" << explain(judged);
 
   const Problem p = parse_problem(kRerunLine);
   const BackwardInputs handed = handed_inputs(p);
