@@ -164,7 +164,8 @@ void to_json(json& j, const GradientMetrics& m) {
 void to_json(json& j, const GradientCondition& c) {
   j = {{"dq_terms", number(c.dq_terms)},         {"dkv_terms", number(c.dkv_terms)},
        {"dq_terms_max", number(c.dq_terms_max)}, {"dk_terms_max", number(c.dk_terms_max)},
-       {"dv_terms_max", number(c.dv_terms_max)}, {"logit_max", number(c.logit_max)},
+       {"dv_terms_max", number(c.dv_terms_max)}, {"dq_logit_terms_max", number(c.dq_logit_terms_max)},
+       {"dk_logit_terms_max", number(c.dk_logit_terms_max)}, {"dv_logit_terms_max", number(c.dv_logit_terms_max)},
        {"dq_delta", number(c.dq_delta)},         {"dk_delta", number(c.dk_delta)}};
 }
 
@@ -606,7 +607,10 @@ void from_json(const json& j, CaseRecord& r) {
         condition.dkv_terms = optional_real(*c, "dkv_terms", "gradient_condition").value_or(1.0);
         for (auto [key, field] : {std::pair{"dq_terms_max", &condition.dq_terms_max},
                                   {"dk_terms_max", &condition.dk_terms_max},
-                                  {"dv_terms_max", &condition.dv_terms_max}, {"logit_max", &condition.logit_max},
+                                  {"dv_terms_max", &condition.dv_terms_max},
+                                  {"dq_logit_terms_max", &condition.dq_logit_terms_max},
+                                  {"dk_logit_terms_max", &condition.dk_logit_terms_max},
+                                  {"dv_logit_terms_max", &condition.dv_logit_terms_max},
                                   {"dq_delta", &condition.dq_delta}, {"dk_delta", &condition.dk_delta}})
           *field = optional_real(*c, key, "gradient_condition").value_or(0.0);
         d.gradient_condition = condition;

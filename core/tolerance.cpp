@@ -156,7 +156,9 @@ GradientCondition gradient_condition(const Problem& problem, const GradientRows&
   c.dq_terms_max = reference.dq_terms_max;
   c.dk_terms_max = reference.dk_terms_max;
   c.dv_terms_max = reference.dv_terms_max;
-  c.logit_max = reference.logit_max;
+  c.dq_logit_terms_max = reference.dq_logit_terms_max;
+  c.dk_logit_terms_max = reference.dk_logit_terms_max;
+  c.dv_logit_terms_max = reference.dv_logit_terms_max;
   return c;
 }
 
@@ -193,25 +195,27 @@ Verdict decide_gradients(const GradientMetrics& subject, const GradientMetrics& 
                          const GradientCondition& condition) {
   Verdict verdict;
   // scale: max|g_ref| (max check) or its RMS (rmse check); magnitude: T_g;
-  // delta: the handed O's rounding through D.
-  const auto floor = [&](double scale, double terms, double magnitude, double delta) {
-    return noise_floor(out_dtype, scale) + delta +
-           accumulation_noise((std::sqrt(std::max(terms, 1.0)) + condition.logit_max) * std::max(scale, magnitude));
+  // logit: X_g; delta: the handed O's rounding through D.
+  const auto floor = [&](double scale, double terms, double magnitude, double logit, double delta) {
+    return noise_floor(out_dtype, scale) + delta + accumulation_noise(std::sqrt(std::max(terms, 1.0)) * std::max(scale, magnitude)) +
+           kLogitRoundings * unit_roundoff(DType::f32) * logit;
   };
   const struct {
     const char* name;
     const TensorMetrics& got;
     const TensorMetrics& base;
-    double terms, magnitude, delta;
-  } gradients[] = {{"dq", subject.dq, baseline.dq, condition.dq_terms, condition.dq_terms_max, condition.dq_delta},
-                   {"dk", subject.dk, baseline.dk, condition.dkv_terms, condition.dk_terms_max, condition.dk_delta},
-                   {"dv", subject.dv, baseline.dv, condition.dkv_terms, condition.dv_terms_max, 0.0}};
+    double terms, magnitude, logit, delta;
+  } gradients[] = {
+      {"dq", subject.dq, baseline.dq, condition.dq_terms, condition.dq_terms_max, condition.dq_logit_terms_max, condition.dq_delta},
+      {"dk", subject.dk, baseline.dk, condition.dkv_terms, condition.dk_terms_max, condition.dk_logit_terms_max, condition.dk_delta},
+      {"dv", subject.dv, baseline.dv, condition.dkv_terms, condition.dv_terms_max, condition.dv_logit_terms_max, 0.0}};
   for (const auto& g : gradients) {
     const ErrorStats& s = g.got.errors;
     const ErrorStats& b = g.base.errors;
     RuleCheck max_abs = check(fmt::format("{}.max_abs", g.name), s.max_abs, b.max_abs,
-                              floor(b.ref_max_abs, g.terms, g.magnitude, g.delta));
-    RuleCheck rmse = check(fmt::format("{}.rmse", g.name), s.rmse, b.rmse, floor(b.ref_rms, g.terms, g.magnitude, g.delta));
+                              floor(b.ref_max_abs, g.terms, g.magnitude, g.logit, g.delta));
+    RuleCheck rmse = check(fmt::format("{}.rmse", g.name), s.rmse, b.rmse,
+                           floor(b.ref_rms, g.terms, g.magnitude, g.logit, g.delta));
     for (RuleCheck* c : {&max_abs, &rmse}) {  // the backward's factor
       c->bound = kGradientBaselineFactor * c->baseline + c->floor;
       c->ratio = c->bound > 0 ? c->subject / c->bound : (c->subject > 0 ? INFINITY : 0.0);

@@ -321,9 +321,9 @@ void rerun_backward(Subject& subject, const Problem& problem, const BackwardInpu
   for (int k = 1; k <= reruns && result.verdict.pass; ++k) {
     const BackwardResult again = subject.run_backward(problem, handed);
     ++result.reruns;
-    if (again.status != Status::ok) {
-      result.verdict.pass = false;
-      result.verdict.rule = fmt::format("rerun {} of the backward returned {}: {}", k, to_string(again.status), again.message);
+    if (again.status != Status::ok) {  // the case did not run: as if the first run had not
+      result.status = again.status;
+      result.message = fmt::format("rerun {} of the backward: {}", k, again.message);
       return;
     }
     const std::tuple<const char*, const HostTensor*, const HostTensor*> pairs[] = {
@@ -414,6 +414,7 @@ CaseResult judge_backward(Subject& subject, const Problem& problem, const Inputs
                                     result.gradient_condition);
   result.rows_visible = visible_compared_rows(problem, result.rows);
   rerun_backward(subject, problem, handed, run.gradients, reference, options.backward_reruns, result);
+  if (!result.ran()) return result;
   set_verdict_kind(result, compared_gradients(result), declared_deviation(caps, problem, max_abs_finite(inputs.v)));
 
   // The peer's backward on the same inputs, for half-precision problems.

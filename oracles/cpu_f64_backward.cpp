@@ -77,20 +77,19 @@ GradientRows cpu_f64_gradients(const Problem& p, const Inputs& in, const HostTen
       std::vector<double> partial_dk(static_cast<std::size_t>(tasks * selected * d), 0.0);
       std::vector<double> partial_dv(static_cast<std::size_t>(tasks * selected * dv), 0.0);
       // The conditioning (GradientRows::dq_terms_max ...): per task, the
-      // selected keys' sums of P and of P (|dP| + |D|), and the maxima.
-      std::vector<double> partial_p(static_cast<std::size_t>(tasks * selected), 0.0);
-      std::vector<double> partial_terms(static_cast<std::size_t>(tasks * selected), 0.0);
-      std::vector<double> task_dq_terms(static_cast<std::size_t>(tasks), 0.0), task_logit(static_cast<std::size_t>(tasks), 0.0);
-      std::vector<double> task_q_max(static_cast<std::size_t>(tasks), 0.0), task_do_max(static_cast<std::size_t>(tasks), 0.0);
-      double k_max = 0;
-      for (std::int64_t n = 0; n < lk * d; ++n)
-        if (std::isfinite(keys[n])) k_max = std::max(k_max, std::abs(keys[n]));
-      // The largest key norm: scale |q_i| |k_j| bounds a logit's absolute condition.
-      double k_norm = 0;
+      // largest dQ terms of its rows; per (task, selected key), the sums over
+      // the task's rows of P, and of dK's and dV's terms.
+      std::vector<double> task_dq(static_cast<std::size_t>(tasks * 2), 0.0);          // W, X
+      std::vector<double> partial_key(static_cast<std::size_t>(tasks * selected * 5), 0.0);  // P, W_dk, X_dk, W_dv, X_dv
+      // Per key: max_c |K_jc| and |k_j| (scale sqrt(d) |q_i| |k_j| bounds sqrt(d) times logit (i, j)'s condition).
+      std::vector<double> k_max(static_cast<std::size_t>(lk), 0.0), k_norm(static_cast<std::size_t>(lk), 0.0);
       for (std::int64_t j = 0; j < lk; ++j) {
         double sq = 0;
-        for (std::int64_t c = 0; c < d; ++c) sq += keys[j * d + c] * keys[j * d + c];
-        if (std::isfinite(sq)) k_norm = std::max(k_norm, std::sqrt(sq));
+        for (std::int64_t c = 0; c < d; ++c) {
+          if (std::isfinite(keys[j * d + c])) k_max[j] = std::max(k_max[j], std::abs(keys[j * d + c]));
+          sq += keys[j * d + c] * keys[j * d + c];
+        }
+        k_norm[j] = std::isfinite(sq) ? std::sqrt(sq) : 0.0;
       }
 
 #pragma omp parallel if (tasks > 1 && lq * lk * (2 * d + 2 * dv) > kParallelWork)
@@ -99,6 +98,7 @@ GradientRows cpu_f64_gradients(const Problem& p, const Inputs& in, const HostTen
         std::vector<double> probs, dprobs, dq_block(static_cast<std::size_t>(block * d));
         std::vector<double> sel_probs, sel_ds;
         std::vector<KeyRange> ranges(static_cast<std::size_t>(block));
+        std::vector<double> row_lse(static_cast<std::size_t>(block), 0.0);
 #pragma omp for schedule(dynamic)
         for (std::int64_t task = 0; task < tasks; ++task) {
           const std::int64_t h = hk * group + task / blocks;
@@ -136,14 +136,8 @@ GradientRows cpu_f64_gradients(const Problem& p, const Inputs& in, const HostTen
               }
               maximum = std::max(maximum, s[j]);
             }
-            double q_norm = 0;
-            for (std::int64_t c = 0; c < d; ++c) q_norm += queries[r * d + c] * queries[r * d + c];
-            if (const double a = std::sqrt(static_cast<double>(d)) * p.softmax_scale * std::sqrt(q_norm) * k_norm;
-                std::isfinite(a))
-              task_logit[task] = std::max(task_logit[task], a);
             const double sum = exp_shifted_sum(s + first, last - first + 1, maximum);
-            if (const double lse = maximum + std::log(sum); std::isfinite(lse))
-              task_logit[task] = std::max(task_logit[task], std::abs(lse));
+            row_lse[r] = maximum + std::log(sum);
             for (std::int64_t j = first; j <= last; ++j) s[j] /= sum;
             std::fill(s, s + first, 0.0);
             std::fill(s + last + 1, s + width, 0.0);
@@ -171,23 +165,44 @@ GradientRows cpu_f64_gradients(const Problem& p, const Inputs& in, const HostTen
             const std::int64_t first = ranges[r].first - key_lo, last = ranges[r].last - key_lo;
             double delta = 0;
             for (std::int64_t j = first; j <= last; ++j) delta += pr[j] * ds[j];
-            const double delta_terms = std::abs(delta);
-            double terms = 0;
-            for (std::int64_t j = first; j <= last; ++j) terms += pr[j] * (std::abs(ds[j]) + delta_terms);
-            if (std::isfinite(terms) && q_slot[begin + r] >= 0)
-              task_dq_terms[task] = std::max(task_dq_terms[task], p.softmax_scale * k_max * terms);
-            // The selected keys' sums over this block's rows (for dK's and dV's conditioning).
+            // The conditioning terms of this row (tolerance.hpp's gradient floor):
+            // g_j = P_ij (|dP_ij| + |D_i|), e_j = a_ij + A_i + |LSE_i| (P_ij's
+            // relative perturbation by its logits and LSE, in f32 roundings).
+            double q_norm = 0, q_max = 0, do_max = 0;
+            for (std::int64_t c = 0; c < d; ++c) {
+              q_norm += queries[r * d + c] * queries[r * d + c];
+              if (std::isfinite(queries[r * d + c])) q_max = std::max(q_max, std::abs(queries[r * d + c]));
+            }
+            for (std::int64_t c = 0; c < dv; ++c)
+              if (std::isfinite(grads[r * dv + c])) do_max = std::max(do_max, std::abs(grads[r * dv + c]));
+            const double c_row = std::sqrt(static_cast<double>(d)) * p.softmax_scale * std::sqrt(q_norm);
+            double a_mean = 0;
+            for (std::int64_t j = first; j <= last; ++j) a_mean += pr[j] * c_row * k_norm[key_lo + j];
+            const double lse_abs = std::isfinite(row_lse[r]) ? std::abs(row_lse[r]) : 0.0;
+            const auto finite_or_0 = [](double x) { return std::isfinite(x) ? x : 0.0; };
+            double w_dq = 0, x_dq = 0;
+            for (std::int64_t j = first; j <= last; ++j) {
+              const double g = finite_or_0(pr[j] * (std::abs(ds[j]) + std::abs(delta)));
+              const double e = finite_or_0(c_row * k_norm[key_lo + j] + a_mean + lse_abs);
+              w_dq += g * k_max[key_lo + j];
+              x_dq += g * e * k_max[key_lo + j];
+            }
+            if (q_slot[begin + r] >= 0) {
+              task_dq[task * 2] = std::max(task_dq[task * 2], finite_or_0(p.softmax_scale * w_dq));
+              task_dq[task * 2 + 1] = std::max(task_dq[task * 2 + 1], finite_or_0(p.softmax_scale * x_dq));
+            }
             for (std::int64_t s = 0; s < selected; ++s) {
               const std::int64_t j = kv_keys[s] - key_lo;
               if (j < first || j > last) continue;
-              const double term = pr[j] * (std::abs(ds[j]) + delta_terms);
-              if (std::isfinite(term)) partial_terms[task * selected + s] += term;
-              if (std::isfinite(pr[j])) partial_p[task * selected + s] += pr[j];
+              const double g = finite_or_0(pr[j] * (std::abs(ds[j]) + std::abs(delta)));
+              const double e = finite_or_0(c_row * k_norm[key_lo + j] + a_mean + lse_abs);
+              double* key = partial_key.data() + (task * selected + s) * 5;
+              key[0] += finite_or_0(pr[j]);
+              key[1] += g * q_max;
+              key[2] += g * e * q_max;
+              key[3] += finite_or_0(pr[j]) * do_max;
+              key[4] += finite_or_0(pr[j]) * e * do_max;
             }
-            for (std::int64_t c = 0; c < d; ++c)
-              if (std::isfinite(queries[r * d + c])) task_q_max[task] = std::max(task_q_max[task], std::abs(queries[r * d + c]));
-            for (std::int64_t c = 0; c < dv; ++c)
-              if (std::isfinite(grads[r * dv + c])) task_do_max[task] = std::max(task_do_max[task], std::abs(grads[r * dv + c]));
             for (std::int64_t j = first; j <= last; ++j) ds[j] = pr[j] * (ds[j] - delta);
             std::fill(ds, ds + first, 0.0);
             std::fill(ds + last + 1, ds + width, 0.0);
@@ -241,22 +256,19 @@ GradientRows cpu_f64_gradients(const Problem& p, const Inputs& in, const HostTen
         }
       }
       // The conditioning of this (batch, K/V head).
-      double q_max = 0, do_max = 0;
       for (std::int64_t task = 0; task < tasks; ++task) {
-        out.dq_terms_max = std::max(out.dq_terms_max, task_dq_terms[task]);
-        out.logit_max = std::max(out.logit_max, task_logit[task]);
-        q_max = std::max(q_max, task_q_max[task]);
-        do_max = std::max(do_max, task_do_max[task]);
+        out.dq_terms_max = std::max(out.dq_terms_max, task_dq[task * 2]);
+        out.dq_logit_terms_max = std::max(out.dq_logit_terms_max, task_dq[task * 2 + 1]);
       }
       for (std::int64_t s = 0; s < selected; ++s) {
-        double p_sum = 0, terms = 0;
-        for (std::int64_t task = 0; task < tasks; ++task) {
-          p_sum += partial_p[task * selected + s];
-          terms += partial_terms[task * selected + s];
-        }
-        out.dk_terms_max = std::max(out.dk_terms_max, p.softmax_scale * q_max * terms);
-        out.dv_terms_max = std::max(out.dv_terms_max, do_max * p_sum);
-        out.key_weight_max = std::max(out.key_weight_max, p_sum);
+        double sums[5] = {0, 0, 0, 0, 0};
+        for (std::int64_t task = 0; task < tasks; ++task)
+          for (int k = 0; k < 5; ++k) sums[k] += partial_key[(task * selected + s) * 5 + k];
+        out.key_weight_max = std::max(out.key_weight_max, sums[0]);
+        out.dk_terms_max = std::max(out.dk_terms_max, p.softmax_scale * sums[1]);
+        out.dk_logit_terms_max = std::max(out.dk_logit_terms_max, p.softmax_scale * sums[2]);
+        out.dv_terms_max = std::max(out.dv_terms_max, sums[3]);
+        out.dv_logit_terms_max = std::max(out.dv_logit_terms_max, sums[4]);
       }
       // Sum the tasks' shares in task order (query head, then block): the same
       // result whatever the thread count.

@@ -220,13 +220,13 @@ class Sweep(unittest.TestCase):
         os.makedirs(self.out("a"))
         path = os.path.join(self.out("a"), "records.jsonl")
         text = json.dumps(dict(schema=4, verdict="crash", case="11:0", subject="cpu-plain", problem="b=1")) + "\n"
-        text += json.dumps(dict(schema=5, verdict="crash", case="11:1", subject="cpu-plain", problem="b=1")) + "\n"
+        text += json.dumps(dict(schema=6, verdict="crash", case="11:1", subject="cpu-plain", problem="b=1")) + "\n"
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
         run = sweep(self.out("a"), "--subjects", "cpu-plain", "--cases", "2", "--seed", "11")
         self.assertEqual(run.returncode, 2, run.stdout + run.stderr)
         self.assertEqual(len(run.stderr.strip().splitlines()), 1, run.stderr)
-        self.assertIn("records.jsonl line 2: a record of schema 5", run.stderr)
+        self.assertIn("records.jsonl line 2: a record of schema 6", run.stderr)
         with open(path, encoding="utf-8") as f:
             self.assertEqual(f.read(), text)
 
@@ -307,7 +307,7 @@ class Sweep(unittest.TestCase):
         self.assertLess(time.monotonic() - start, 60)
         self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
         (record,) = records(self.out("a"))
-        self.assertEqual((record["verdict"], record["schema"]), ("timeout", 4))
+        self.assertEqual((record["verdict"], record["schema"]), ("timeout", 5))
 
     def test_sanitize_mode_without_the_tool_is_one_line_and_exit_2(self):
         env = dict(os.environ, FLASHCHECK_COMPUTE_SANITIZER="/nonexistent/compute-sanitizer")

@@ -220,7 +220,7 @@ TEST(Generators, CoverageLabelsNameOneClassPerDimension) {
   Problem p = make_problem(2, 8, 2, 65, 0, 64, DType::bf16, MaskKind::causal_br);
   const auto labels = coverage_labels(p, kMmaLikeCapabilities);
   const std::vector<std::string> want = {"dtype=bf16", "mask=causal_br", "gqa=4", "len_q=tile+1", "len_kv=0",
-                                         "padded=no", "values=normal", "scale=default", "vacuous=yes"};
+                                         "padded=no", "values=normal", "scale=default", "vacuous=yes", "pass=fwd"};
   EXPECT_EQ(labels, want);
   p.heads_kv = 1;
   p.seqlen_kv = 131072;

@@ -22,18 +22,24 @@ struct GradientRows {
   std::int64_t batch = 0, heads_q = 0, heads_kv = 0, dim = 0, dim_v = 0;
   std::vector<double> dq, dk, dv;
   /// The conditioning of the gradients, where the f64 oracle records it (0:
-  /// not recorded): the largest magnitude of each gradient before its sums
-  /// cancel, over the rows held, and the largest |logit| and |LSE|:
-  ///   dq_terms_max   = max_i  scale max|K| sum_j P_ij (|dP_ij| + |D_i|)
-  ///   dk_terms_max   = max_j  scale max|Q| sum_i P_ij (|dP_ij| + |D_i|)
-  ///   dv_terms_max   = max_j  max|dO| sum_i P_ij
-  ///   key_weight_max = max_j  sum_i P_ij (over the query rows of the group)
-  ///   logit_max      = max sqrt(d) scale |q_i| |k_j|, |LSE_i| (a bound on
-  ///                    sqrt(d) times a logit's absolute condition)
-  /// dS = P (dP - D) cancels where dP is close to D (dO nearly parallel over
-  /// the keys): the gradient is then small and its rounding errors are not;
-  /// they scale with these (tolerance.hpp's gradient floor).
-  double dq_terms_max = 0, dk_terms_max = 0, dv_terms_max = 0, key_weight_max = 0, logit_max = 0;
+  /// not recorded), over the rows held. With g_ij = P_ij (|dP_ij| + |D_i|)
+  /// (the terms of dS = P (dP - D) before they cancel) and
+  /// e_ij = a_ij + sum_k P_ik a_ik + |LSE_i|, a_ij = sqrt(d) scale |q_i| |k_j|
+  /// (a bound on sqrt(d) times logit (i, j)'s absolute condition: P_ij moves
+  /// by about u_f32 e_ij P_ij when S and LSE are rounded to f32):
+  ///   dq_terms_max       = max_i scale sum_j g_ij max_c|K_jc|
+  ///   dq_logit_terms_max = max_i scale sum_j g_ij e_ij max_c|K_jc|
+  ///   dk_terms_max       = max_j scale sum_i g_ij max_c|Q_ic|   (i over the group's rows)
+  ///   dk_logit_terms_max = max_j scale sum_i g_ij e_ij max_c|Q_ic|
+  ///   dv_terms_max       = max_j sum_i P_ij max_c|dO_ic|
+  ///   dv_logit_terms_max = max_j sum_i P_ij e_ij max_c|dO_ic|
+  ///   key_weight_max     = max_j sum_i P_ij
+  /// dS cancels where dP is close to D (dO nearly the same over the keys): a
+  /// gradient is then small and its rounding errors are not; they scale with
+  /// these (tolerance.hpp's gradient floor).
+  double dq_terms_max = 0, dk_terms_max = 0, dv_terms_max = 0;
+  double dq_logit_terms_max = 0, dk_logit_terms_max = 0, dv_logit_terms_max = 0;
+  double key_weight_max = 0;
 
   GradientRows() = default;
   GradientRows(const Problem& problem, RowSet q, RowSet kv);

@@ -221,19 +221,23 @@ inline constexpr double kGradientBaselineFactor = 2.0;
 /// The gradients' floor, per gradient g:
 ///   kFloorRoundings u(out) max|g_ref|            (the output's own rounding,
 ///     hopper/test_flash_attn.py's dq_atol = 2 * (dq_ref + 0.3 - 0.3 - dq_ref).abs().max())
-/// + kAccumulationRoundings u_f32 (sqrt(n_g) + L) T_g
+/// + kAccumulationRoundings u_f32 sqrt(n_g) max(max|g_ref|, T_g)
 ///   T_g is the gradient's magnitude before its sums cancel (GradientRows::
-///   dq_terms_max ...: scale max|K| sum_j P_ij (|dP_ij| + |D_i|) for dQ, the
-///   same over i with max|Q| for dK, max|dO| sum_i P_ij for dV), at least
-///   max|g_ref|. The f32 sums behind each element carry typically sqrt(n)
-///   f32 roundings of their largest partial sum (Higham & Mary 2019), and a
-///   partial sum of dS = P (dP - D) is as large as its terms, not as its
-///   result: where dO is nearly the same over the keys, dP is close to D and
-///   the gradient cancels to a small value while its roundings stay those of
-///   the terms (a fuzz sweep of the CPU subjects failed dQ at ratios up to
-///   2.4 with max|g_ref| in place of T_g; see issue 22's closing note).
+///   dq_terms_max, dk_terms_max, dv_terms_max). The f32 sums behind each
+///   element carry typically sqrt(n) f32 roundings of their largest partial
+///   sum (Higham & Mary 2019), and a partial sum of dS = P (dP - D) is as
+///   large as its terms, not as its result: where dO is nearly the same over
+///   the keys, dP is close to D and the gradient cancels to a small value
+///   while its roundings stay those of the terms (a fuzz sweep of the CPU
+///   subjects failed dQ at ratios up to 2.4 with max|g_ref| alone).
 ///   n_dQ = the keys the longest compared row sees; n_dK = n_dV = the query
 ///   rows, over the GQA group, that the most-seen key is seen by.
+/// + kLogitRoundings u_f32 X_g (GradientRows::dq_logit_terms_max ...): each
+///   P_ij = exp(S_ij - LSE_i) is computed from an f32 logit and an LSE handed
+///   in f32, and moves by about u_f32 e_ij P_ij, e_ij = sqrt(d) times the
+///   logit's condition plus the row's mean of those plus |LSE_i| (the
+///   forward's logit term, P-weighted so that a one-hot row, whose P no
+///   rounding moves, adds nothing).
 /// + the handed O's rounding, through D, for dQ and dK: a subject forms
 ///   D_i = rowsum(dO_i o O_i) from the O it is handed, rounded to the dtype
 ///   (core/backward.hpp's convention, and what FlashAttention's backward
@@ -245,15 +249,11 @@ inline constexpr double kGradientBaselineFactor = 2.0;
 ///   (bounds, computed by the judge from the exact and the handed O; a fuzz
 ///   sweep of cpu-plain failed dQ at f16 where dQ cancels, ratio 1.01,
 ///   before this term).
-///   L = max sqrt(d) scale |q_i| |k_j| and |LSE_i| over the visible pairs:
-///   P = exp(S - LSE)
-///   computed in f32 from an LSE handed in f32 carries a relative error of
-///   about u_f32 |S| and u_f32 |LSE| (the forward's logit term), which dV
-///   (= P^T dO) and dS inherit.
 struct GradientCondition {
   double dq_terms = 1, dkv_terms = 1;
   /// From the f64 oracle's gradients (GradientRows), 0 where not known.
-  double dq_terms_max = 0, dk_terms_max = 0, dv_terms_max = 0, logit_max = 0;
+  double dq_terms_max = 0, dk_terms_max = 0, dv_terms_max = 0;
+  double dq_logit_terms_max = 0, dk_logit_terms_max = 0, dv_logit_terms_max = 0;
   /// The handed O's rounding through D (absolute), 0 where not known.
   double dq_delta = 0, dk_delta = 0;
   friend bool operator==(const GradientCondition&, const GradientCondition&) = default;
