@@ -35,6 +35,11 @@ void add_fuzz(CLI::App& app, int& exit_code) {
       ->required();
   add_integer(*command, "--cases", options->cases, "Cases this shard runs (0: until --minutes is spent)", 0,
               std::int64_t{1} << 50);
+  command->add_option("--backward-share", options->backward_share,
+                      "Share of a backward subject's cases drawn as pass=bwd (0: forward only, 1: backward only); "
+                      "resume with the same share")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   command->add_option("--minutes", options->minutes, "Time budget in minutes (0: until --cases have run)")
       ->check(finite_in(0, kMaxMinutes))
       ->capture_default_str();

@@ -45,10 +45,10 @@ std::uint64_t mix(std::uint64_t seed, std::int64_t k) {
 // Case k has its own RapidCheck random state, so any case can be drawn without
 // the ones before it (shards, resume). A draw the generator discards (an
 // RC_PRE inside it) is redrawn with the next salt.
-rc::Shrinkable<Problem> draw_problem(const Subject& subject, std::uint64_t seed, std::int64_t k, int size) {
-  // A third of the cases of a subject with a backward are backward cases.
-  const rc::Gen<Problem> gen = gen_problem_in(subject.capabilities(),
-                                              {.long_contexts = true, .use_geometry_pool = false, .backward_share = 1.0 / 3});
+rc::Shrinkable<Problem> draw_problem(const Subject& subject, std::uint64_t seed, std::int64_t k, int size,
+                                     double backward_share) {
+  const rc::Gen<Problem> gen = gen_problem_in(
+      subject.capabilities(), {.long_contexts = true, .use_geometry_pool = false, .backward_share = backward_share});
   if (size < 0) size = static_cast<int>(k * 37 % 101);  // RapidCheck's size: 0 (small) to 100
   for (std::uint64_t salt = 0; salt < 1000; ++salt) {
     const rc::Random random(rc::Random::Key{seed, static_cast<std::uint64_t>(k), 0x666c617368636865ull, salt});

@@ -125,7 +125,7 @@ int run_sanitize(const FuzzOptions& options) {
       const std::string key = fmt::format("sanitize:{}:{}:{}:{}", options.sanitize, options.seed, name, i);
       if (recorded.cases.count(key)) continue;
       // Small cases (RapidCheck sizes 10 to 30): the tools slow kernels 10-100x.
-      const Problem problem = draw_problem(*subject, options.seed, i, 10 + i * 10 % 21).value();
+      const Problem problem = draw_problem(*subject, options.seed, i, 10 + i * 10 % 21, options.backward_share).value();
       const fs::path log = logs / fmt::format("{}.{}.{}.log", name, options.sanitize, i);
       const std::vector<std::string> argv = {
           sanitizer, "--tool", options.sanitize, "--error-exitcode", std::to_string(kFindingExit), "--print-limit", "20",

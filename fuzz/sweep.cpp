@@ -243,7 +243,7 @@ int run_sweep(const FuzzOptions& options) {
         if (only_mutants && caught.size() == first_catch.size()) break;  // every mutant caught
         continue;
       }
-      rc::Shrinkable<Problem> drawn = draw_problem(*subject, options.seed, index);
+      rc::Shrinkable<Problem> drawn = draw_problem(*subject, options.seed, index, -1, options.backward_share);
       Problem problem = drawn.value();
       // An external worker's start-up and its own watchdog come on top, so
       // that its hang is recorded as its own failure, not as the sweep's.

@@ -41,6 +41,10 @@ struct FuzzOptions {
   // synccheck), instead of the sweep. Findings are failed records.
   std::string sanitize;
   int sanitize_cases = 4;  // cases per subject
+  // The share of a backward subject's cases drawn as backward problems
+  // (pass=bwd; generators' DomainLimits::backward_share): 0 forward only,
+  // 1 backward only. Part of the case stream: resume with the same share.
+  double backward_share = 1.0 / 3;
 };
 
 /// Runs a sweep; returns 0 when every case that ran passed (with mutants in

@@ -30,7 +30,8 @@ void append_durably(const std::filesystem::path& path, const std::string& line);
 
 /// Case k of the stream for `seed`, drawn from the subject's generator at
 /// RapidCheck size `size` (0 to 100; negative: a size that cycles with k).
-rc::Shrinkable<Problem> draw_problem(const Subject& subject, std::uint64_t seed, std::int64_t k, int size = -1);
+rc::Shrinkable<Problem> draw_problem(const Subject& subject, std::uint64_t seed, std::int64_t k, int size = -1,
+                                     double backward_share = 1.0 / 3);
 
 /// A 64-bit mix of (seed, k) (splitmix64's finaliser): spreads subjects over cases.
 std::uint64_t mix(std::uint64_t seed, std::int64_t k);

@@ -71,6 +71,8 @@ struct DomainLimits {
   /// draws a third. A backward geometry gets max_work / 2.5 (the backward's
   /// FLOPs) and no long prefill (seqlen_q stays within max_seqlen: the judge
   /// computes the f64 forward on every query row to hand over O and LSE).
+  /// Backward problems never draw near_overflow values (gradients past the
+  /// dtype's range are not judged).
   double backward_share = 0;
 };
 
