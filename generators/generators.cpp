@@ -381,7 +381,7 @@ rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& li
   backward_limits.max_work = limits.max_work / 2.5;
   const rc::Gen<Problem> backward = gen_forward_problem_in(caps, backward_limits);
   const std::int64_t max_seqlen = limits.max_seqlen;
-  const rc::Gen<Problem> backward_only = rc::gen::exec([backward, max_seqlen] {
+  const rc::Gen<Problem> backward_only = rc::gen::exec([backward, max_seqlen, caps] {
     Problem p = *backward;
     RC_PRE(p.seqlen_q <= max_seqlen);
     // Not Q, K, V at the dtype's range edge: a gradient sums products of
@@ -389,7 +389,14 @@ rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& li
     // whose rounding errors reach the range) where the f64 oracle's is
     // finite; the gradients' overflow is not judged (measured: cpu-plain's
     // f16 dQ rounded to -inf where the oracle's is -64486, 1.6% inside).
-    RC_PRE(p.values.family != ValueFamily::near_overflow);
+    if (p.values.family == ValueFamily::near_overflow) {  // redrawn, not discarded (the properties' discard budget)
+      p.values = *rc::gen::suchThat(gen_value_dist(/*allow_special_values=*/false),
+                                    [](const ValueDist& v) { return v.family != ValueFamily::near_overflow; });
+      // As gen_forward_problem_in: f16 logits of heavy or outlier values stay at the default scale.
+      const bool f16_logits = p.dtype == DType::f16 || caps.compute_dtype == DType::f16;
+      if (f16_logits && (p.values.family == ValueFamily::outliers || p.values.family == ValueFamily::heavy))
+        p.softmax_scale = std::min(p.softmax_scale, default_softmax_scale(p.head_dim));
+    }
     return p;
   });
   if (share >= 1) return backward_only;
