@@ -26,6 +26,24 @@ double elapsed_ms(std::chrono::steady_clock::time_point since) {
 
 }  // namespace
 
+namespace {
+// A case's result before it runs: who and what, and Status::unsupported
+// where the problem is outside the subject's domain.
+CaseResult begin_case(Subject& subject, const Problem& problem) {
+  CaseResult result;
+  result.problem = problem;
+  result.subject = std::string(subject.name());
+  result.subject_version = subject.version_info();
+  result.baseline_dtype = subject.capabilities().compute_dtype.value_or(problem.dtype);
+  if (auto reason = unsupported_reason(subject.capabilities(), problem)) {
+    result.status = Status::unsupported;
+    result.message = *reason;
+  }
+  return result;
+}
+
+}  // namespace
+
 LogitCondition logit_condition(const Problem& p, const AttentionRows& reference) {
   LogitCondition condition;
   condition.head_dim = p.head_dim;
@@ -173,14 +191,7 @@ double worst_gradient_ratio(const GradientMetrics& subject, const GradientMetric
 
 CaseResult judge(Subject& subject, const Problem& problem, const JudgeOptions& options) {
   validate(problem);
-  if (auto reason = unsupported_reason(subject.capabilities(), problem)) {
-    CaseResult result;
-    result.problem = problem;
-    result.subject = std::string(subject.name());
-    result.status = Status::unsupported;
-    result.message = *reason;
-    return result;
-  }
+  if (CaseResult refused = begin_case(subject, problem); refused.status == Status::unsupported) return refused;
   const auto start = std::chrono::steady_clock::now();
   const Inputs inputs = generate_inputs(problem);
   const double inputs_ms = elapsed_ms(start);
@@ -192,17 +203,9 @@ CaseResult judge(Subject& subject, const Problem& problem, const JudgeOptions& o
 CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs, const JudgeOptions& options) {
   validate(problem);
   if (problem.pass == Pass::bwd) return judge_backward(subject, problem, inputs, generate_dout(problem), options);
-  CaseResult result;
-  result.problem = problem;
-  result.subject = std::string(subject.name());
-  result.subject_version = subject.version_info();
+  CaseResult result = begin_case(subject, problem);
+  if (result.status == Status::unsupported) return result;
   const Capabilities& caps = subject.capabilities();
-  result.baseline_dtype = caps.compute_dtype.value_or(problem.dtype);
-  if (auto reason = unsupported_reason(caps, problem)) {
-    result.status = Status::unsupported;
-    result.message = *reason;
-    return result;
-  }
 
   auto start = std::chrono::steady_clock::now();
   RunResult run = subject.run(problem, inputs);
@@ -363,17 +366,9 @@ CaseResult judge_backward(Subject& subject, const Problem& problem, const Inputs
                           const JudgeOptions& options) {
   validate(problem);
   if (problem.pass != Pass::bwd) throw BadInput("pass", "judge_backward judges pass=bwd problems only");
-  CaseResult result;
-  result.problem = problem;
-  result.subject = std::string(subject.name());
-  result.subject_version = subject.version_info();
+  CaseResult result = begin_case(subject, problem);
+  if (result.status == Status::unsupported) return result;
   const Capabilities& caps = subject.capabilities();
-  result.baseline_dtype = caps.compute_dtype.value_or(problem.dtype);
-  if (auto reason = unsupported_reason(caps, problem)) {
-    result.status = Status::unsupported;
-    result.message = *reason;
-    return result;
-  }
 
   // What the subject is handed (core/backward.hpp): the oracle's forward on
   // every row, rounded. Its time counts as the oracle's.
