@@ -31,6 +31,7 @@
 #include "flashcheck/oracles/cpu_f64.hpp"
 #include "flashcheck/oracles/cpu_f64_backward.hpp"
 #include "flashcheck/oracles/cpu_lowp.hpp"
+#include "properties/judged_backward.hpp"
 
 namespace flashcheck::external {
 namespace {
@@ -53,24 +54,11 @@ BackwardInputs hand_over(const Problem& p) {
   return in;
 }
 
-struct Judged {
-  BackwardResult run;
-  Verdict verdict;
-  GradientMetrics subject, baseline;
-};
+using testing_backward::Judged;
 
-/// One backward case judged on every row, as the backward rule judges it.
+/// One backward case judged on every row, through the judge's judge_backward.
 Judged judge_backward(Subject& subject, const Problem& p, const BackwardInputs& in) {
-  Judged j;
-  j.run = subject.run_backward(p, in);
-  if (j.run.status != Status::ok) return j;
-  const RowSet q = all_rows(p), kv = all_key_rows(p);
-  const GradientRows want = cpu_f64_gradients(p, in.inputs, in.dout, q, kv);
-  const GradientRows base = cpu_lowp_gradients(p, in.inputs, in.dout, q, kv, p.dtype);
-  j.subject = compare_gradients(p, gather_gradients(p, j.run.gradients, q, kv), want, p.dtype);
-  j.baseline = compare_gradients(p, base, want, p.dtype);
-  j.verdict = decide_gradients(j.subject, j.baseline, p.dtype, gradient_condition(p, want));
-  return j;
+  return testing_backward::judge_every_row(subject, p, in);
 }
 
 Judged judge_backward(Subject& subject, const Problem& p) { return judge_backward(subject, p, hand_over(p)); }
