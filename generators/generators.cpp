@@ -37,13 +37,27 @@ rc::Gen<std::int64_t> gen_seqlen(std::int64_t max) {
   });
 }
 
+namespace {
+// normal(mean, std), mean in [-2, 2] and std in [0.1, 3.9], in steps of 0.1.
+rc::Gen<ValueDist> gen_normal_values() {
+  return rc::gen::map(rc::gen::pair(rc::gen::inRange(-20, 21), rc::gen::inRange(1, 40)), [](auto mean_std) {
+    return ValueDist{ValueFamily::normal, {mean_std.first / 10.0, mean_std.second / 10.0}};
+  });
+}
+
+// A weighted choice over a run-time list: each generator repeated `weight`
+// times. elementOf shrinks toward the front, i.e. toward the first choice.
+rc::Gen<ValueDist> weighted(const std::vector<std::pair<std::size_t, rc::Gen<ValueDist>>>& choices) {
+  std::vector<rc::Gen<ValueDist>> pool;
+  for (const auto& [weight, generator] : choices) pool.insert(pool.end(), weight, generator);
+  return rc::gen::join(element_of(pool));
+}
+}  // namespace
+
 rc::Gen<ValueDist> gen_value_dist(bool allow_special_values) {
   using rc::gen::just;
   std::vector<std::pair<std::size_t, rc::Gen<ValueDist>>> choices = {
-      {4, rc::gen::map(rc::gen::pair(rc::gen::inRange(-20, 21), rc::gen::inRange(1, 40)),
-                       [](auto mean_std) {
-                         return ValueDist{ValueFamily::normal, {mean_std.first / 10.0, mean_std.second / 10.0}};
-                       })},
+      {4, gen_normal_values()},
       {1, just(ValueDist{ValueFamily::uniform, {-1.0, 1.0}})},
       {1, just(ValueDist{ValueFamily::heavy, {3.0}})},
       {1, just(ValueDist{ValueFamily::outliers, {0.01, 100.0}})},
@@ -56,11 +70,7 @@ rc::Gen<ValueDist> gen_value_dist(bool allow_special_values) {
       {1, just(ValueDist{ValueFamily::late_max, {16.0, 8.0}})},
   };
   if (allow_special_values) choices.push_back({1, just(ValueDist{ValueFamily::nan_inf, {0.002}})});
-  // Weighted choice over a run-time list: repeat each generator `weight` times.
-  // elementOf shrinks toward the front, i.e. toward plain normal values.
-  std::vector<rc::Gen<ValueDist>> pool;
-  for (const auto& [weight, generator] : choices) pool.insert(pool.end(), weight, generator);
-  return rc::gen::join(element_of(pool));
+  return weighted(choices);  // shrinks toward plain normal values
 }
 
 rc::Gen<Problem> gen_problem(const ProblemLimits& limits) {
@@ -315,19 +325,13 @@ rc::Gen<ValueDist> gen_values_for(DType storage, DType compute, std::int64_t til
 
 rc::Gen<ValueDist> gen_dout_values() {
   using rc::gen::just;
-  std::vector<std::pair<std::size_t, rc::Gen<ValueDist>>> choices = {
-      {6, rc::gen::map(rc::gen::pair(rc::gen::inRange(-20, 21), rc::gen::inRange(1, 40)),
-                       [](auto mean_std) {
-                         return ValueDist{ValueFamily::normal, {mean_std.first / 10.0, mean_std.second / 10.0}};
-                       })},
+  return weighted({
+      {6, gen_normal_values()},
       {1, just(ValueDist{ValueFamily::uniform, {-1.0, 1.0}})},
       {1, just(ValueDist{ValueFamily::heavy, {3.0}})},
       {1, just(ValueDist{ValueFamily::outliers, {0.001, 100.0}})},
       {1, rc::gen::map(rc::gen::inRange(1, 5), [](int max) { return ValueDist{ValueFamily::sparse_int, {double(max), 0.5}}; })},
-  };
-  std::vector<rc::Gen<ValueDist>> pool;
-  for (const auto& [weight, generator] : choices) pool.insert(pool.end(), weight, generator);
-  return rc::gen::join(element_of(pool));
+  });
 }
 
 namespace {
