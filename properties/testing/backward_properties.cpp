@@ -420,12 +420,6 @@ void backward_deterministic(Subject& subject) {
 
 }  // namespace
 
-// The relations between two runs of a subject (GQA, permutation, causal
-// prefix, batch and head, padding) run half the budget: each case runs the
-// subject two or more times besides the references, and with the backward in,
-// the gpu tier took 130.5 s of its 120 s target on an H200 (2026-11-26).
-constexpr double kTwoRunShare = 0.5;
-
 const std::vector<SubjectProperty>& backward_properties() {
   static const std::vector<SubjectProperty> properties = {
       {"BackwardAgreesWithTheOracle",
@@ -439,15 +433,15 @@ const std::vector<SubjectProperty>& backward_properties() {
                                "dO = 0 gives 0",
        has_backward, backward_linear_in_dout},
       {"BackwardGqaEqualsSummedMha", "GQA's gradients equal MHA's with repeated K/V, dK/dV summed over the group",
-       backward_gqa, backward_gqa_equals_summed_mha, kTwoRunShare},
+       backward_gqa, backward_gqa_equals_summed_mha},
       {"BackwardKeyValuePermutation", "permuting K and V rows permutes dK and dV and leaves dQ (unmasked)",
-       backward_unmasked, backward_key_value_permutation, kTwoRunShare},
+       backward_unmasked, backward_key_value_permutation},
       {"BackwardCausalPrefix", "changing keys past a row's last visible key leaves its dQ bits unchanged",
-       backward_causal, backward_causal_prefix, kTwoRunShare},
+       backward_causal, backward_causal_prefix},
       {"BackwardBatchAndHeadIndependence", "changing one (batch, head group) leaves every other's gradient bits",
-       has_backward, backward_batch_and_head_independence, kTwoRunShare},
+       has_backward, backward_batch_and_head_independence},
       {"BackwardPaddedEqualsTrimmed", "each sequence of a padded batch has the gradients of that sequence alone",
-       backward_varlen, backward_padded_equals_trimmed, kTwoRunShare},
+       backward_varlen, backward_padded_equals_trimmed},
       {"BackwardDeterministic",
        "declared deterministic: bitwise over 4 calls; otherwise every rerun within the rule's bound",
        has_backward, backward_deterministic},
