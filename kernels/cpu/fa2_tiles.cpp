@@ -44,7 +44,7 @@ RunResult CpuFa2Tiles::run(const Problem& p, const Inputs& in) {
   const float minus_infinity = -std::numeric_limits<float>::infinity();
   std::vector<float> q, k, v, o(static_cast<std::size_t>(kTile * dv));
   std::vector<float> m(kTile), l(kTile), s(kTile * kTile);
-  std::vector<bool> started(kTile), seen_key(kTile);
+  std::vector<bool> started(kTile), seen_key(kTile), flat(kTile);
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const std::int64_t lq = p.len_q(b), lk = p.len_kv(b);
     for (std::int64_t h = 0; h < p.heads_q; ++h) {
@@ -55,6 +55,7 @@ RunResult CpuFa2Tiles::run(const Problem& p, const Inputs& in) {
         std::fill(l.begin(), l.end(), 0.0f);
         std::fill(o.begin(), o.end(), 0.0f);
         std::fill(started.begin(), started.end(), false);
+        std::fill(flat.begin(), flat.end(), false);
         for (std::int64_t j0 = 0; j0 < lk; j0 += kTile) {
           load_tile(in.k, b, hk, j0, lk, k, 0.0f);
           load_tile(in.v, b, hk, j0, lk, v, 0.0f);
@@ -75,6 +76,14 @@ RunResult CpuFa2Tiles::run(const Problem& p, const Inputs& in) {
               any = true;
             }
             if (!any) continue;  // this tile is masked for the row: its state stays
+            // Every visible key of the tile scores -inf: each weighs exp(-inf - m) = 0
+            // beside a finite maximum, so the state stays (exp(-inf - -inf) would be
+            // NaN). Only a row whose every visible key scores -inf is NaN, as in the
+            // one-pass formula: `flat` remembers it.
+            if (tile_max == minus_infinity) {
+              flat[r] = true;
+              continue;
+            }
             if (nan) tile_max = std::numeric_limits<float>::quiet_NaN();
             const float m_new = std::isnan(tile_max) || std::isnan(m[r]) ? tile_max + m[r] : std::max(m[r], tile_max);
             // The first tile a row sees has nothing to correct (0 x -inf would be NaN).
@@ -95,8 +104,12 @@ RunResult CpuFa2Tiles::run(const Problem& p, const Inputs& in) {
         for (std::int64_t r = 0; r < kTile && i0 + r < p.seqlen_q; ++r) {
           const std::int64_t i = i0 + r;
           const bool seen = i < lq && started[r];
-          for (std::int64_t x = 0; x < dv; ++x) result.outputs.o.set(b, h, i, x, seen ? o[r * dv + x] / l[r] : 0.0f);
-          result.outputs.lse[(b * p.heads_q + h) * p.seqlen_q + i] = seen ? m[r] + std::log(l[r]) : minus_infinity;
+          const bool all_minus_infinity = i < lq && !started[r] && flat[r];
+          const float nan = std::numeric_limits<float>::quiet_NaN();
+          const float absent = all_minus_infinity ? nan : 0.0f;
+          for (std::int64_t x = 0; x < dv; ++x) result.outputs.o.set(b, h, i, x, seen ? o[r * dv + x] / l[r] : absent);
+          result.outputs.lse[(b * p.heads_q + h) * p.seqlen_q + i] =
+              seen ? m[r] + std::log(l[r]) : all_minus_infinity ? nan : minus_infinity;
         }
       }
     }

@@ -1,0 +1,55 @@
+// The CPU subjects' forward pass on hand-made inputs where a property run once
+// found them wrong: each case is judged against the f64 oracle, and the value
+// the one-pass formula gives is checked by hand.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <initializer_list>
+#include <limits>
+
+#include "flashcheck/core/values.hpp"
+#include "flashcheck/judge/judge.hpp"
+#include "flashcheck/kernels/cpu/fa2_tiles.hpp"
+#include "flashcheck/kernels/cpu/plain.hpp"
+
+namespace flashcheck {
+namespace {
+
+TEST(CpuSubjects, AVisibleKeyScoringMinusInfinityWeighsNothing) {
+  // Found by CI's property run (GqaEqualsRepeatedMha, 2026-11-26): cpu-fa2-tiles
+  // gave NaN where a row's only visible key in its first tile scored -inf
+  // (exp(-inf - -inf)), though a later tile held a finite score.
+  const float inf = std::numeric_limits<float>::infinity();
+  const Problem found = parse_problem("b=1 hq=4 hkv=1 sq=15 skv=17 d=16 dv=1 dtype=f32 layout=bhsd mask=window "
+                                      "window=0,1 scale=0.25 values=nan_inf(0.02) gseed=0 dseed=0");
+  // By hand: keys 0..15 (the first 16-key tile) score -inf, key 16 scores 0, so
+  // O = V[16] and LSE = 0; with key 16 masked too, every visible key scores
+  // -inf and the one-pass formula's O and LSE are NaN (exp(-inf - -inf)).
+  const Problem finite_later = parse_problem("b=1 hq=1 sq=1 skv=17 d=1 dtype=f32");
+  const Problem none_finite = parse_problem("b=1 hq=1 sq=1 skv=16 d=1 dtype=f32");
+  auto minus_infinity_keys = [&](const Problem& p) {
+    Inputs in = generate_inputs(p);
+    in.q.set(0, 0, 0, 0, 1.0);
+    for (std::int64_t j = 0; j < p.seqlen_kv; ++j) in.k.set(0, 0, j, 0, j < 16 ? -inf : 0.0);
+    return in;
+  };
+  CpuPlain plain;
+  CpuFa2Tiles tiles;
+  for (Subject* subject : std::initializer_list<Subject*>{&plain, &tiles}) {
+    const CaseResult r = judge(*subject, found);
+    EXPECT_EQ(r.verdict_kind, VerdictKind::pass) << explain(r);
+    const Inputs later = minus_infinity_keys(finite_later);
+    const CaseResult a = judge(*subject, finite_later, later);
+    EXPECT_EQ(a.verdict_kind, VerdictKind::pass) << explain(a);
+    const RunResult ran = subject->run(finite_later, later);
+    EXPECT_EQ(ran.outputs.o.get(0, 0, 0, 0), later.v.get(0, 0, 16, 0)) << subject->name();
+    EXPECT_EQ(ran.outputs.lse[0], 0.0f) << subject->name();
+    const CaseResult b = judge(*subject, none_finite, minus_infinity_keys(none_finite));
+    EXPECT_EQ(b.verdict_kind, VerdictKind::pass) << explain(b);
+    EXPECT_TRUE(std::isnan(subject->run(none_finite, minus_infinity_keys(none_finite)).outputs.lse[0]))
+        << subject->name();
+  }
+}
+
+}  // namespace
+}  // namespace flashcheck
