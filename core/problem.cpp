@@ -255,7 +255,14 @@ std::int64_t visible_rows(const Problem& p) {
 }
 
 double attention_flops(const Problem& p) {
-  return 2.0 * static_cast<double>(p.head_dim + p.head_dim_v) * visible_pairs(p);
+  const double forward = 2.0 * static_cast<double>(p.head_dim + p.head_dim_v) * visible_pairs(p);
+  return p.pass == Pass::bwd ? kBackwardFlopsFactor * forward : forward;
+}
+
+double attention_bytes(const Problem& p) {
+  if (p.pass == Pass::fwd) return p.storage_bytes();
+  const double lse = static_cast<double>(p.batch) * p.heads_q * p.seqlen_q * 4.0;
+  return 2 * (p.storage_bytes() - lse) + lse;  // Q, K, V, O and their gradients (dO for O), LSE once
 }
 
 double default_softmax_scale(std::int64_t head_dim) {

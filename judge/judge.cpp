@@ -362,6 +362,17 @@ void rerun_backward(Subject& subject, const Problem& problem, const BackwardInpu
 
 }  // namespace
 
+BackwardInputs hand_over(const Problem& problem, const Inputs& inputs, const HostTensor& dout,
+                         AttentionRows* exact_forward) {
+  BackwardInputs handed;
+  handed.inputs = inputs;
+  handed.dout = dout;
+  AttentionRows forward = cpu_f64_reference(problem, inputs, all_rows(problem));
+  handed.forward = backward_outputs(problem, forward);
+  if (exact_forward) *exact_forward = std::move(forward);
+  return handed;
+}
+
 CaseResult judge_backward(Subject& subject, const Problem& problem, const Inputs& inputs, const HostTensor& dout,
                           const JudgeOptions& options) {
   validate(problem);
@@ -373,11 +384,8 @@ CaseResult judge_backward(Subject& subject, const Problem& problem, const Inputs
   // What the subject is handed (core/backward.hpp): the oracle's forward on
   // every row, rounded. Its time counts as the oracle's.
   auto start = std::chrono::steady_clock::now();
-  BackwardInputs handed;
-  handed.inputs = inputs;
-  handed.dout = dout;
-  const AttentionRows exact_forward = cpu_f64_reference(problem, inputs, all_rows(problem));
-  handed.forward = backward_outputs(problem, exact_forward);
+  AttentionRows exact_forward;
+  const BackwardInputs handed = hand_over(problem, inputs, dout, &exact_forward);
   double forward_ms = elapsed_ms(start);
 
   start = std::chrono::steady_clock::now();

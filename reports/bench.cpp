@@ -13,6 +13,7 @@
 #include "flashcheck/core/gpu/device_info.hpp"
 #include "flashcheck/core/record.hpp"
 #include "flashcheck/core/values.hpp"
+#include "flashcheck/judge/judge.hpp"
 #ifdef FLASHCHECK_HAVE_CUDA
 #include "flashcheck/reports/ceilings.hpp"
 #endif
@@ -28,7 +29,7 @@ namespace {
 /// within a quarter of the free device memory.
 int input_sets_for(const Problem& p, const Ceilings& c, int asked) {
   if (asked > 0) return asked;
-  const double bytes = std::max(1.0, p.storage_bytes());
+  const double bytes = std::max(1.0, attention_bytes(p));
   int sets = static_cast<int>(std::ceil(2 * c.l2_bytes / bytes));
   sets = std::clamp(sets, 2, 64);
   while (sets > 1 && sets * bytes > c.free_bytes / 4) --sets;
@@ -75,6 +76,14 @@ int run_bench(const BenchOptions& options) {
   for (std::size_t index = 0; index < options.problems.size(); ++index) {
     const Problem& p = options.problems[index];
     const Inputs inputs = generate_inputs(p);
+    // A backward's subjects are handed the f64 oracle's forward (core/backward.hpp),
+    // computed once here on the CPU (BLAS threads).
+    std::optional<BackwardInputs> handed;
+    if (p.pass == Pass::bwd) {
+      progress(index, "the f64 forward the backward is handed");
+      handed = hand_over(p, inputs, generate_dout(p));
+      progress(index, {});
+    }
     const bool decode = p.seqlen_q <= kDecodeMaxQueries;
     const double gemm = p.dtype == DType::f32 ? ceilings.gemm_f32_tflops : ceilings.gemm_bf16_tflops;
     std::vector<Subject*> order;
@@ -100,7 +109,9 @@ int run_bench(const BenchOptions& options) {
       Row row{std::string(subject->name()), is_peer, {}, input_sets_for(p, ceilings, options.input_sets)};
       try {
         progress(index, subject->name());
-        std::optional<Timing> timing = subject->time(p, inputs, options.warmup, options.repeats, row.input_sets);
+        std::optional<Timing> timing =
+            handed ? subject->time_backward(p, *handed, options.warmup, options.repeats, row.input_sets)
+                   : subject->time(p, inputs, options.warmup, options.repeats, row.input_sets);
         progress(index, {});
         if (!timing) {
           if (!options.every_subject)
@@ -116,7 +127,7 @@ int run_bench(const BenchOptions& options) {
       }
       const double ms = row.timing.median_ms;
       const double tflops = attention_flops(p) / (ms * 1e-3) / 1e12;
-      const double gbps = p.storage_bytes() / (ms * 1e-3) / 1e9;  // every tensor moved once
+      const double gbps = attention_bytes(p) / (ms * 1e-3) / 1e9;  // every tensor moved once
       if (subject == peer) peer_ms = ms;
       const double vs_peer = peer_ms ? *peer_ms / ms : 0;  // 0: the peer not timed on this problem
       fmt::print("{:<22} {:>9.3f} {:>8.3f} {:>8.3f} {:>8.1f} {:>5.0f}% {:>7.0f} {:>5.0f}% {:>7} {:>4}  {}\n",
@@ -139,7 +150,7 @@ int run_bench(const BenchOptions& options) {
       record.flops = attention_flops(p);
       record.tflops = tflops;
       record.fraction_of_gemm = tflops / gemm;
-      record.bytes = p.storage_bytes();
+      record.bytes = attention_bytes(p);
       record.gbps = gbps;
       record.fraction_of_copy = gbps / ceilings.copy_gbps;
       record.warmup = options.warmup;
@@ -155,8 +166,10 @@ int run_bench(const BenchOptions& options) {
   }
   fmt::print("\n%GEMM: of the measured cuBLAS GEMM of the problem's class (bf16 for f16/bf16, f32 without TF32 for "
              "f32); %copy: of the measured device copy (the ceiling of decode, sq <= {}); {}: the peer's time over "
-             "the subject's on the same problem (above 1: faster than the peer)\n",
-             kDecodeMaxQueries, peer_column);
+             "the subject's on the same problem (above 1: faster than the peer). A pass=bwd line times the backward "
+             "alone, on the f64 oracle's O and LSE, and counts {} times the forward's FLOPs (flash-attention's and "
+             "cuDNN's convention) and every tensor and its gradient moved once\n",
+             kDecodeMaxQueries, peer_column, kBackwardFlopsFactor);
   if (records) fmt::print("records appended to {}\n", records->path());
   if (failed) fmt::print(stderr, "bench: {} timing(s) failed (see above)\n", failed);
   return timed == 0 ? 2 : failed > 0 ? 1 : 0;

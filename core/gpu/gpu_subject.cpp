@@ -7,46 +7,11 @@
 #include <vector>
 
 #include "flashcheck/core/gpu/gpu_subject.hpp"
+#include "launch_support.hpp"
 
 namespace flashcheck::gpu {
-namespace {
+namespace detail {
 
-struct DeviceInputs {
-  DeviceBuffer q, k, v, lens_q, lens_kv;
-  std::vector<std::int32_t> host_lens_q, host_lens_kv;  // the sources of the lengths' asynchronous copies
-};
-
-DeviceInputs upload(const Problem& p, const Inputs& in, cudaStream_t stream, const CallSite& site) {
-  DeviceInputs device;
-  device.q = DeviceBuffer(static_cast<std::size_t>(in.q.bytes()), site);
-  device.k = DeviceBuffer(static_cast<std::size_t>(in.k.bytes()), site);
-  device.v = DeviceBuffer(static_cast<std::size_t>(in.v.bytes()), site);
-  check(cudaMemcpyAsync(device.q.get(), in.q.data(), in.q.bytes(), cudaMemcpyHostToDevice, stream), "cudaMemcpy (Q)", site);
-  check(cudaMemcpyAsync(device.k.get(), in.k.data(), in.k.bytes(), cudaMemcpyHostToDevice, stream), "cudaMemcpy (K)", site);
-  check(cudaMemcpyAsync(device.v.get(), in.v.data(), in.v.bytes(), cudaMemcpyHostToDevice, stream), "cudaMemcpy (V)", site);
-  if (p.padded()) {
-    std::vector<std::int32_t>& lens_q = device.host_lens_q;
-    std::vector<std::int32_t>& lens_kv = device.host_lens_kv;
-    lens_q.resize(p.batch);
-    lens_kv.resize(p.batch);
-    for (std::int64_t b = 0; b < p.batch; ++b) {
-      lens_q[b] = static_cast<std::int32_t>(p.len_q(b));
-      lens_kv[b] = static_cast<std::int32_t>(p.len_kv(b));
-    }
-    device.lens_q = DeviceBuffer(lens_q.size() * 4, site);
-    device.lens_kv = DeviceBuffer(lens_kv.size() * 4, site);
-    // On the kernel's stream: a cudaMemcpy from pageable memory may return
-    // before its DMA lands, on the legacy stream, which a non-blocking stream's
-    // kernel does not wait for.
-    check(cudaMemcpyAsync(device.lens_q.get(), lens_q.data(), lens_q.size() * 4, cudaMemcpyHostToDevice, stream),
-          "cudaMemcpy (lens)", site);
-    check(cudaMemcpyAsync(device.lens_kv.get(), lens_kv.data(), lens_kv.size() * 4, cudaMemcpyHostToDevice, stream),
-          "cudaMemcpy (lens)", site);
-  }
-  return device;
-}
-
-// Element strides of a [batch, heads, seq, dim] tensor in a layout.
 void strides(Layout layout, std::int64_t heads, std::int64_t seqlen, std::int64_t dim, std::int64_t& batch,
              std::int64_t& head, std::int64_t& seq) {
   if (layout == Layout::bhsd) {
@@ -60,19 +25,43 @@ void strides(Layout layout, std::int64_t heads, std::int64_t seqlen, std::int64_
   }
 }
 
-AttentionArgs make_args(const Problem& p, const DeviceInputs& in, void* o, float* lse, cudaStream_t stream) {
-  AttentionArgs a;
-  a.q = in.q.get();
-  a.k = in.k.get();
-  a.v = in.v.get();
-  a.o = o;
-  a.lse = lse;
+std::optional<std::string> device_refusal(const Capabilities& caps) {
+  std::string why;
+  if (!device_available(&why)) return why;
+  if (device_compute_capability() < caps.min_compute_capability)
+    return fmt::format("needs compute capability {} or newer; this device has {}", caps.min_compute_capability,
+                       device_compute_capability());
+  return std::nullopt;
+}
+
+DeviceBuffer upload(const void* host, std::int64_t bytes, cudaStream_t stream, const CallSite& site, const char* what) {
+  DeviceBuffer device(static_cast<std::size_t>(bytes), site);
+  if (bytes > 0)
+    check(cudaMemcpyAsync(device.get(), host, static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice, stream), what,
+          site);
+  return device;
+}
+
+void upload_lengths(const Problem& p, cudaStream_t stream, const CallSite& site, DeviceLengths& lengths) {
+  if (!p.padded()) return;
+  lengths.host_q.resize(p.batch);
+  lengths.host_kv.resize(p.batch);
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    lengths.host_q[b] = static_cast<std::int32_t>(p.len_q(b));
+    lengths.host_kv[b] = static_cast<std::int32_t>(p.len_kv(b));
+  }
+  // On the kernel's stream: a cudaMemcpy from pageable memory may return
+  // before its DMA lands, on the legacy stream, which a non-blocking stream's
+  // kernel does not wait for.
+  lengths.q = upload(lengths.host_q.data(), p.batch * 4, stream, site, "cudaMemcpy (lens)");
+  lengths.kv = upload(lengths.host_kv.data(), p.batch * 4, stream, site, "cudaMemcpy (lens)");
+}
+
+void fill_geometry(const Problem& p, AttentionArgs& a) {
   strides(p.layout, p.heads_q, p.seqlen_q, p.head_dim, a.q_batch_stride, a.q_head_stride, a.q_seq_stride);
   strides(p.layout, p.heads_kv, p.seqlen_kv, p.head_dim, a.k_batch_stride, a.k_head_stride, a.k_seq_stride);
   strides(p.layout, p.heads_kv, p.seqlen_kv, p.head_dim_v, a.v_batch_stride, a.v_head_stride, a.v_seq_stride);
   strides(p.layout, p.heads_q, p.seqlen_q, p.head_dim_v, a.o_batch_stride, a.o_head_stride, a.o_seq_stride);
-  a.lens_q = static_cast<const std::int32_t*>(in.lens_q.get());
-  a.lens_kv = static_cast<const std::int32_t*>(in.lens_kv.get());
   a.dtype = static_cast<int>(p.dtype);
   a.batch = static_cast<int>(p.batch);
   a.heads_q = static_cast<int>(p.heads_q);
@@ -85,17 +74,84 @@ AttentionArgs make_args(const Problem& p, const DeviceInputs& in, void* o, float
   a.window_left = static_cast<int>(p.window_left);
   a.window_right = static_cast<int>(p.window_right);
   a.scale = static_cast<float>(p.softmax_scale);
-  a.stream = stream;
-  return a;
 }
 
-std::optional<std::string> device_refusal(const Capabilities& caps) {
-  std::string why;
-  if (!device_available(&why)) return why;
-  if (device_compute_capability() < caps.min_compute_capability)
-    return fmt::format("needs compute capability {} or newer; this device has {}", caps.min_compute_capability,
-                       device_compute_capability());
-  return std::nullopt;
+bool still_poisoned(const HostTensor& tensor, std::int64_t at) {
+  if (tensor.dtype() == DType::f32)
+    return std::memcmp(static_cast<const std::uint32_t*>(tensor.data()) + at, &GuardedBuffer::kPoison32, 4) == 0;
+  return static_cast<const std::uint16_t*>(tensor.data())[at] == GuardedBuffer::kPoison16;
+}
+
+Timing time_launches(const std::function<void(int)>& launch, cudaStream_t stream, int warmup, int repeats,
+                     const CallSite& site) {
+  const Event start(site), stop(site);
+  int launched = 0;
+  const auto timed_launch = [&] {
+    check(cudaEventRecord(start.get(), stream), "cudaEventRecord", site);
+    launch(launched++);
+    check(cudaEventRecord(stop.get(), stream), "cudaEventRecord", site);
+    check(cudaEventSynchronize(stop.get()), "cudaEventSynchronize", site);
+    float elapsed = 0;
+    check(cudaEventElapsedTime(&elapsed, start.get(), stop.get()), "cudaEventElapsedTime", site);
+    return elapsed;
+  };
+  for (int n = 0; n < warmup; ++n) launch(launched++);
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (warm-up)", site);
+  // Then warm up until the time settles: the median of 5 launches within 2%
+  // (or 2 us, the events' resolution scale) of the previous 5. A GPU just out
+  // of a heavy kernel, or idle, runs at other clocks for a while. At most 1 s
+  // of wall time.
+  if (warmup > 0) {
+    const auto median_of_5 = [&] {
+      float batch[5];
+      for (float& t : batch) t = timed_launch();
+      std::sort(batch, batch + 5);
+      return batch[2];
+    };
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    for (float previous = median_of_5(); std::chrono::steady_clock::now() < until;) {
+      const float current = median_of_5();
+      if (std::fabs(current - previous) <= std::max(0.02f * previous, 0.002f)) break;
+      previous = current;
+    }
+  }
+  std::vector<float> times;
+  for (int n = 0; n < repeats; ++n) times.push_back(timed_launch());
+  return summarise(std::move(times));
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::device_refusal;
+
+struct DeviceInputs {
+  DeviceBuffer q, k, v;
+  detail::DeviceLengths lengths;
+};
+
+// Into `device` (which must not move until the stream is synchronised: the
+// lengths' host copies are the sources of asynchronous copies).
+void upload(const Problem& p, const Inputs& in, cudaStream_t stream, const CallSite& site, DeviceInputs& device) {
+  device.q = detail::upload(in.q.data(), in.q.bytes(), stream, site, "cudaMemcpy (Q)");
+  device.k = detail::upload(in.k.data(), in.k.bytes(), stream, site, "cudaMemcpy (K)");
+  device.v = detail::upload(in.v.data(), in.v.bytes(), stream, site, "cudaMemcpy (V)");
+  detail::upload_lengths(p, stream, site, device.lengths);
+}
+
+AttentionArgs make_args(const Problem& p, const DeviceInputs& in, void* o, float* lse, cudaStream_t stream) {
+  AttentionArgs a;
+  a.q = in.q.get();
+  a.k = in.k.get();
+  a.v = in.v.get();
+  a.o = o;
+  a.lse = lse;
+  detail::fill_geometry(p, a);
+  a.lens_q = static_cast<const std::int32_t*>(in.lengths.q.get());
+  a.lens_kv = static_cast<const std::int32_t*>(in.lengths.kv.get());
+  a.stream = stream;
+  return a;
 }
 
 }  // namespace
@@ -113,7 +169,8 @@ RunResult GpuSubject::run(const Problem& p, const Inputs& in) {
   const CallSite site{std::string(name()), to_line(p)};
   try {
     Stream stream(site);
-    const DeviceInputs device = upload(p, in, stream.get(), site);
+    DeviceInputs device;
+    upload(p, in, stream.get(), site, device);
     const bool with_lse = capabilities().lse;
     GuardedBuffer o(p.o_elements(), storage_bytes(p.dtype), site);
     GuardedBuffer lse(with_lse ? p.lse_elements() : 0, 4, site);
@@ -152,12 +209,7 @@ RunResult GpuSubject::run(const Problem& p, const Inputs& in) {
       for (std::int64_t h = 0; h < p.heads_q; ++h)
         for (std::int64_t i = 0; i < p.len_q(b); ++i) {
           for (std::int64_t c = 0; c < p.head_dim_v; ++c) {
-            const std::int64_t at = out.offset(b, h, i, c);
-            const bool poisoned =
-                p.dtype == DType::f32
-                    ? std::memcmp(static_cast<const std::uint32_t*>(out.data()) + at, &GuardedBuffer::kPoison32, 4) == 0
-                    : static_cast<const std::uint16_t*>(out.data())[at] == GuardedBuffer::kPoison16;
-            if (poisoned && unwritten++ == 0) first_unwritten = fmt::format("O(b={}, h={}, row={}, col={})", b, h, i, c);
+            if (detail::still_poisoned(out, out.offset(b, h, i, c)) && unwritten++ == 0) first_unwritten = fmt::format("O(b={}, h={}, row={}, col={})", b, h, i, c);
           }
           if (with_lse) {
             const float value = result.outputs.lse[(b * p.heads_q + h) * p.seqlen_q + i];
@@ -198,53 +250,27 @@ std::optional<Timing> GpuSubject::time(const Problem& p, const Inputs& in, int w
   if (auto refusal = device_refusal(capabilities())) throw std::invalid_argument(*refusal);
   const CallSite site{std::string(name()), to_line(p)};
   Stream stream(site);
-  std::vector<DeviceInputs> sets;
+  const std::size_t count = static_cast<std::size_t>(std::max(1, input_sets));
+  std::vector<DeviceInputs> sets(count);  // not resized below: the lengths' host copies stay put
   std::vector<DeviceBuffer> outputs, lses;
-  for (int s = 0; s < std::max(1, input_sets); ++s) {
-    sets.push_back(upload(p, in, stream.get(), site));
+  for (std::size_t s = 0; s < count; ++s) {
+    upload(p, in, stream.get(), site, sets[s]);
     outputs.emplace_back(static_cast<std::size_t>(p.o_elements() * storage_bytes(p.dtype)), site);
     lses.emplace_back(static_cast<std::size_t>(p.lse_elements() * 4), site);
   }
-  auto args_for = [&](int n) {
-    const auto s = static_cast<std::size_t>(n) % sets.size();
-    return make_args(p, sets[s], outputs[s].get(), capabilities().lse ? static_cast<float*>(lses[s].get()) : nullptr,
-                     stream.get());
-  };
-  const Event start(site), stop(site);
-  int launched = 0;
-  const auto timed_launch = [&] {
-    const AttentionArgs args = args_for(launched++);
-    check(cudaEventRecord(start.get(), stream.get()), "cudaEventRecord", site);
-    launch(p, args, site);
-    check(cudaEventRecord(stop.get(), stream.get()), "cudaEventRecord", site);
-    check(cudaEventSynchronize(stop.get()), "cudaEventSynchronize", site);
-    float elapsed = 0;
-    check(cudaEventElapsedTime(&elapsed, start.get(), stop.get()), "cudaEventElapsedTime", site);
-    return elapsed;
-  };
-  for (int n = 0; n < warmup; ++n) launch(p, args_for(launched++), site);
-  check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize (warm-up)", site);
-  // Then warm up until the time settles: the median of 5 launches within 2%
-  // (or 2 us, the events' resolution scale) of the previous 5. A GPU just out
-  // of a heavy kernel, or idle, runs at other clocks for a while. At most 1 s
-  // of wall time.
-  if (warmup > 0) {
-    const auto median_of_5 = [&] {
-      float batch[5];
-      for (float& t : batch) t = timed_launch();
-      std::sort(batch, batch + 5);
-      return batch[2];
-    };
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    for (float previous = median_of_5(); std::chrono::steady_clock::now() < until;) {
-      const float current = median_of_5();
-      if (std::fabs(current - previous) <= std::max(0.02f * previous, 0.002f)) break;
-      previous = current;
-    }
-  }
-  std::vector<float> times;
-  for (int n = 0; n < repeats; ++n) times.push_back(timed_launch());
-  return summarise(std::move(times));
+  return detail::time_launches(
+      [&](int n) {
+        const auto s = static_cast<std::size_t>(n) % count;
+        launch(p,
+               make_args(p, sets[s], outputs[s].get(),
+                         capabilities().lse ? static_cast<float*>(lses[s].get()) : nullptr, stream.get()),
+               site);
+      },
+      stream.get(), warmup, repeats, site);
+}
+
+void GpuSubject::launch_backward(const Problem&, const BackwardArgs&, const CallSite&) {
+  throw Unsupported(fmt::format("{} has no backward", name()));
 }
 
 }  // namespace flashcheck::gpu

@@ -220,10 +220,6 @@ class CudnnSdpa final : public gpu::GpuSubject {
                        dynamic_off_backward_.empty() ? "a kernel cache per topology where cuDNN takes dynamic shapes"
                                                      : "per-geometry graphs (" + dynamic_off_backward_ + ")");
   }
-  /// The backward (pass=bwd): sdpa_backward on the handed Q, K, V, O, LSE
-  /// and dO, checked as GpuSubject::run checks the forward (guard bands,
-  /// unwritten elements, inputs unchanged).
-  BackwardResult run_backward(const Problem& p, const BackwardInputs& in) override;
   std::string stats() const override {
     std::lock_guard<std::mutex> lock(mutex_);
     const GraphCounters& c = counters_;
@@ -698,6 +694,26 @@ class CudnnSdpa final : public gpu::GpuSubject {
     run_graph(forward, a, variant_pack(forward, a), site);
   }
 
+  // The backward (pass=bwd): sdpa_backward on the handed Q, K, V, O, Stats
+  // and dO; GpuSubject::run_backward checks it as it checks the forward.
+  void launch_backward(const Problem& p, const gpu::BackwardArgs& args, const gpu::CallSite& site) override {
+    const gpu::AttentionArgs& a = args.attention;
+    if (p.seqlen_q == 0 || p.seqlen_kv == 0)
+      throw gpu::Unsupported("cuDNN SDPA takes no empty sequence dimension");
+    std::lock_guard<std::mutex> lock(mutex_);
+    run_graph(p, a, backward_pack(p, a, args.dout, args.dq, args.dk, args.dv), site);
+  }
+  // cuDNN writes no padding row of dQ, dK or dV: they are set to 0 after the call.
+  gpu::BackwardNeeds backward_needs() const override { return {/*dq_accumulator=*/false, /*writes_padding_rows=*/false}; }
+  // Stats: the handed LSE, +inf where a row sees no key (the file's header says why).
+  std::vector<float> backward_lse(const std::vector<float>& handed) const override {
+    std::vector<float> stats = handed;
+    if (!stats_as_given)
+      for (float& lse : stats)
+        if (lse == -std::numeric_limits<float>::infinity()) lse = std::numeric_limits<float>::infinity();
+    return stats;
+  }
+
   // Runs the graph of a geometry (either pass; built, or read from its plan
   // file, on first use) on a.stream with the tensors of `pack`. The caller
   // holds mutex_.
@@ -768,171 +784,6 @@ class CudnnSdpa final : public gpu::GpuSubject {
   GraphCounters counters_;
   gpu::DeviceBuffer workspace_;
 };
-
-// Element strides of a [batch, heads, seq, dim] tensor in a layout, as the
-// GPU runtime lays out the forward's (core/gpu/gpu_subject.cpp).
-void layout_strides(Layout layout, std::int64_t heads, std::int64_t seqlen, std::int64_t dim, std::int64_t& batch,
-                    std::int64_t& head, std::int64_t& seq) {
-  batch = heads * seqlen * dim;
-  head = layout == Layout::bhsd ? seqlen * dim : dim;
-  seq = layout == Layout::bhsd ? dim : heads * dim;
-}
-
-// A copy of `bytes` host bytes on the device, enqueued on `stream`.
-gpu::DeviceBuffer upload(const void* host, std::int64_t bytes, cudaStream_t stream, const char* call,
-                         const gpu::CallSite& site) {
-  gpu::DeviceBuffer device(static_cast<std::size_t>(bytes), site);
-  gpu::check(cudaMemcpyAsync(device.get(), host, static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice, stream), call,
-             site);
-  return device;
-}
-
-// Whether element `at` of a tensor downloaded from a GuardedBuffer still holds the poison.
-bool poisoned(const HostTensor& tensor, std::int64_t at) {
-  if (tensor.dtype() == DType::f32)
-    return std::memcmp(static_cast<const float*>(tensor.data()) + at, &gpu::GuardedBuffer::kPoison32, 4) == 0;
-  return static_cast<const std::uint16_t*>(tensor.data())[at] == gpu::GuardedBuffer::kPoison16;
-}
-
-BackwardResult CudnnSdpa::run_backward(const Problem& p, const BackwardInputs& in) {
-  if (auto refusal = refuse_backward_outside(kCapabilities, p)) return *refusal;
-  BackwardResult result;
-  std::string why;
-  if (!gpu::device_available(&why) || gpu::device_compute_capability() < kCapabilities.min_compute_capability) {
-    // As GpuSubject::run: this machine cannot run it; a poisoned context is a fault.
-    result.status = gpu::context_poisoned() ? Status::fault : Status::unavailable;
-    result.message = !why.empty() ? why
-                                  : fmt::format("needs compute capability {} or newer; this device has {}",
-                                                kCapabilities.min_compute_capability, gpu::device_compute_capability());
-    return result;
-  }
-  const gpu::CallSite site{std::string(name()), to_line(p)};
-  try {
-    const gpu::Stream stream(site);
-    // Stats: the handed LSE, +inf where a row sees no key (the file's header says why).
-    std::vector<float> stats = in.forward.lse;
-    if (!stats_as_given)
-      for (float& lse : stats)
-        if (lse == -std::numeric_limits<float>::infinity()) lse = std::numeric_limits<float>::infinity();
-    const auto stats_bytes = static_cast<std::int64_t>(stats.size() * sizeof(float));
-    const HostTensor& q_host = in.inputs.q;
-    const HostTensor& k_host = in.inputs.k;
-    const HostTensor& v_host = in.inputs.v;
-    const HostTensor& o_host = in.forward.o;
-    const HostTensor& dout_host = in.dout;
-    const gpu::DeviceBuffer q = upload(q_host.data(), q_host.bytes(), stream.get(), "cudaMemcpy (Q)", site);
-    const gpu::DeviceBuffer k = upload(k_host.data(), k_host.bytes(), stream.get(), "cudaMemcpy (K)", site);
-    const gpu::DeviceBuffer v = upload(v_host.data(), v_host.bytes(), stream.get(), "cudaMemcpy (V)", site);
-    const gpu::DeviceBuffer o = upload(o_host.data(), o_host.bytes(), stream.get(), "cudaMemcpy (O)", site);
-    const gpu::DeviceBuffer dout = upload(dout_host.data(), dout_host.bytes(), stream.get(), "cudaMemcpy (dO)", site);
-    const gpu::DeviceBuffer lse = upload(stats.data(), stats_bytes, stream.get(), "cudaMemcpy (LSE)", site);
-    std::vector<std::int32_t> lens_q, lens_kv;  // the sources of the lengths' copies, alive until the end
-    gpu::DeviceBuffer lens_q_device, lens_kv_device;
-    if (p.padded()) {
-      for (std::int64_t b = 0; b < p.batch; ++b) {
-        lens_q.push_back(static_cast<std::int32_t>(p.len_q(b)));
-        lens_kv.push_back(static_cast<std::int32_t>(p.len_kv(b)));
-      }
-      lens_q_device = upload(lens_q.data(), p.batch * 4, stream.get(), "cudaMemcpy (lens)", site);
-      lens_kv_device = upload(lens_kv.data(), p.batch * 4, stream.get(), "cudaMemcpy (lens)", site);
-    }
-    const int element_bytes = storage_bytes(p.dtype);
-    gpu::GuardedBuffer dq(p.q_elements(), element_bytes, site);
-    gpu::GuardedBuffer dk(p.batch * p.heads_kv * p.seqlen_kv * p.head_dim, element_bytes, site);
-    gpu::GuardedBuffer dv(p.batch * p.heads_kv * p.seqlen_kv * p.head_dim_v, element_bytes, site);
-    for (gpu::GuardedBuffer* gradient : {&dq, &dk, &dv}) gradient->poison(stream.get(), site);
-
-    gpu::AttentionArgs a{};
-    a.q = q.get();
-    a.k = k.get();
-    a.v = v.get();
-    a.o = o.get();
-    a.lse = static_cast<float*>(lse.get());
-    layout_strides(p.layout, p.heads_q, p.seqlen_q, p.head_dim, a.q_batch_stride, a.q_head_stride, a.q_seq_stride);
-    layout_strides(p.layout, p.heads_kv, p.seqlen_kv, p.head_dim, a.k_batch_stride, a.k_head_stride, a.k_seq_stride);
-    layout_strides(p.layout, p.heads_kv, p.seqlen_kv, p.head_dim_v, a.v_batch_stride, a.v_head_stride,
-                   a.v_seq_stride);
-    layout_strides(p.layout, p.heads_q, p.seqlen_q, p.head_dim_v, a.o_batch_stride, a.o_head_stride, a.o_seq_stride);
-    a.lens_q = static_cast<const std::int32_t*>(lens_q_device.get());
-    a.lens_kv = static_cast<const std::int32_t*>(lens_kv_device.get());
-    a.stream = stream.get();
-
-    const gpu::Event start(site), stop(site);
-    gpu::check(cudaEventRecord(start.get(), stream.get()), "cudaEventRecord", site);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      run_graph(p, a, backward_pack(p, a, dout.get(), dq.data(), dk.data(), dv.data()), site);
-    }
-    gpu::check(cudaEventRecord(stop.get(), stream.get()), "cudaEventRecord", site);
-    gpu::check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize (after cuDNN's backward)", site);
-    float elapsed = 0;
-    gpu::check(cudaEventElapsedTime(&elapsed, start.get(), stop.get()), "cudaEventElapsedTime", site);
-    result.time_ms = elapsed;
-
-    std::vector<std::string> violations;
-    for (const auto& [buffer, label] : {std::pair{&dq, "dQ"}, std::pair{&dk, "dK"}, std::pair{&dv, "dV"}}) {
-      std::int64_t first = 0;
-      if (const std::int64_t touched = buffer->touched_guard_elements(site, &first))
-        violations.push_back(fmt::format("out-of-bounds write: {} element(s) of {}'s guard bands written, the first at "
-                                         "element {} (the buffer holds {})",
-                                         touched, label, first, buffer->count()));
-    }
-    result.gradients = make_gradients(p);
-    dq.download(result.gradients.dq.data(), site);
-    dk.download(result.gradients.dk.data(), site);
-    dv.download(result.gradients.dv.data(), site);
-
-    // Unwritten: a valid element (of a valid query or key row) still holding
-    // the poison's exact bits. Then padding rows are set to 0.
-    std::int64_t unwritten = 0;
-    std::string first_unwritten;
-    const auto sweep = [&](HostTensor& gradient, const char* label, bool query_rows) {
-      for (std::int64_t b = 0; b < p.batch; ++b) {
-        const std::int64_t valid = query_rows ? p.len_q(b) : p.len_kv(b);
-        for (std::int64_t h = 0; h < gradient.heads(); ++h)
-          for (std::int64_t row = 0; row < gradient.seqlen(); ++row)
-            for (std::int64_t c = 0; c < gradient.dim(); ++c) {
-              if (row >= valid) {
-                gradient.set(b, h, row, c, 0.0);
-              } else if (poisoned(gradient, gradient.offset(b, h, row, c)) && unwritten++ == 0) {
-                first_unwritten = fmt::format("{}(b={}, h={}, row={}, col={})", label, b, h, row, c);
-              }
-            }
-      }
-    };
-    sweep(result.gradients.dq, "dQ", true);
-    sweep(result.gradients.dk, "dK", false);
-    sweep(result.gradients.dv, "dV", false);
-    if (unwritten)
-      violations.push_back(fmt::format("unwritten output: {} valid element(s) still hold the poison, the first {}",
-                                       unwritten, first_unwritten));
-
-    // Inputs must come back bit-identical.
-    const std::tuple<const void*, std::int64_t, const gpu::DeviceBuffer*, const char*> handed[] = {
-        {q_host.data(), q_host.bytes(), &q, "Q"},           {k_host.data(), k_host.bytes(), &k, "K"},
-        {v_host.data(), v_host.bytes(), &v, "V"},           {o_host.data(), o_host.bytes(), &o, "O"},
-        {dout_host.data(), dout_host.bytes(), &dout, "dO"}, {stats.data(), stats_bytes, &lse, "LSE"}};
-    for (const auto& [host, bytes, device, label] : handed) {
-      std::vector<unsigned char> after(static_cast<std::size_t>(bytes));
-      gpu::check(cudaMemcpy(after.data(), device->get(), after.size(), cudaMemcpyDeviceToHost),
-                 "cudaMemcpy (input check)", site);
-      if (!after.empty() && std::memcmp(after.data(), host, after.size()) != 0)
-        violations.push_back(fmt::format("input modification: cuDNN's backward wrote to {}", label));
-    }
-    if (!violations.empty()) {
-      result.status = Status::error;
-      for (const auto& violation : violations) result.message += (result.message.empty() ? "" : "; ") + violation;
-    }
-  } catch (const gpu::Unsupported& refusal) {
-    result = BackwardResult{};  // nothing was written
-    result.status = Status::unsupported;
-    result.message = refusal.what();
-  } catch (const gpu::CudaError& error) {
-    result.status = error.sticky() ? Status::fault : Status::error;
-    result.message = error.what();
-  }
-  return result;
-}
 
 SubjectRegistration<CudnnSdpa> registration;
 

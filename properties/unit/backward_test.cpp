@@ -24,13 +24,7 @@ namespace {
 
 Problem backward_problem(const char* line) { return parse_problem(line); }
 
-BackwardInputs hand_over(const Problem& p) {
-  BackwardInputs in;
-  in.inputs = generate_inputs(p);
-  in.forward = backward_outputs(p, cpu_f64_reference(p, in.inputs, all_rows(p)));
-  in.dout = generate_dout(p);
-  return in;
-}
+BackwardInputs hand_over(const Problem& p) { return flashcheck::hand_over(p, generate_inputs(p), generate_dout(p)); }
 
 struct Judged {
   Verdict verdict;

@@ -288,5 +288,18 @@ TEST(ProblemTest, FlopsCountOnlyVisiblePairs) {
   EXPECT_EQ(attention_flops(p), 2.0 * (8 + 16) * 3 * 4 * 2);
 }
 
+TEST(ProblemTest, ABackwardCountsTwoAndAHalfForwardsAndMovesEveryTensorAndItsGradient) {
+  Problem p = make_problem(2, 4, 2, 8, 16, 32, DType::bf16);
+  p.head_dim_v = 16;
+  const double forward_flops = attention_flops(p);
+  EXPECT_EQ(forward_flops, 2.0 * (32 + 16) * 2 * 4 * 8 * 16);
+  EXPECT_EQ(attention_bytes(p), p.storage_bytes());
+  p.pass = Pass::bwd;
+  EXPECT_EQ(attention_flops(p), 2.5 * forward_flops);
+  // Read Q, K, V, O, dO, LSE; write dQ, dK, dV (2 bytes each, LSE 4).
+  const double q = 2 * 4 * 8 * 32, k = 2 * 2 * 16 * 32, v = 2 * 2 * 16 * 16, o = 2 * 4 * 8 * 16, lse = 2 * 4 * 8;
+  EXPECT_EQ(attention_bytes(p), 2 * (2 * (q + k + v + o)) + 4 * lse);
+}
+
 }  // namespace
 }  // namespace flashcheck

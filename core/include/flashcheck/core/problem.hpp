@@ -124,9 +124,19 @@ double visible_pairs(const Problem& problem);
 /// Query rows (over every batch entry and query head) that see at least one
 /// key: the rows a case can compare. 0 makes a case vacuous.
 std::int64_t visible_rows(const Problem& problem);
-/// The FLOP count of a call, defined once for every report: the two products,
-/// 2 d + 2 dv FLOPs per visible (query, key) pair (4 B Hq N M d without a mask).
+/// The FLOP count of a call, defined once for every report: the forward's two
+/// products, 2 d + 2 dv FLOPs per visible (query, key) pair (4 B Hq N M d
+/// without a mask); a backward (pass=bwd) counts 2.5 times that, the
+/// convention of flash-attention's and cuDNN's benchmarks (five products
+/// against the forward's two: S = Q K^T recomputed, dV = P^T dO, dP = dO V^T,
+/// dQ = dS K, dK = dS^T Q), whatever a kernel actually recomputes.
 double attention_flops(const Problem& problem);
+/// Bytes a call moves at least, every tensor once: the forward reads Q, K, V
+/// and writes O and LSE (storage_bytes); the backward reads Q, K, V, O, dO
+/// and LSE and writes dQ, dK and dV.
+double attention_bytes(const Problem& problem);
+/// The backward's FLOPs over the forward's (attention_flops).
+inline constexpr double kBackwardFlopsFactor = 2.5;
 
 /// 1/sqrt(head_dim), the usual softmax scale.
 double default_softmax_scale(std::int64_t head_dim);

@@ -211,6 +211,13 @@ class Subject {
                                      int /*repeats*/, int /*input_sets*/) {
     return std::nullopt;
   }
+  /// The same for the backward (Problem::pass = bwd) on what core/backward.hpp
+  /// defines; nullopt where the subject cannot time itself. Called only inside
+  /// the backward domain.
+  virtual std::optional<Timing> time_backward(const Problem& /*problem*/, const BackwardInputs& /*inputs*/,
+                                              int /*warmup*/, int /*repeats*/, int /*input_sets*/) {
+    return std::nullopt;
+  }
 };
 
 /// The process-wide lists of subjects, of mutants (deliberately broken

@@ -153,6 +153,12 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
 CaseResult judge_backward(Subject& subject, const Problem& problem, const Inputs& inputs, const HostTensor& dout,
                           const JudgeOptions& options = {});
 
+/// What a backward subject is handed for a case (core/backward.hpp): Q, K,
+/// V, dO and the f64 oracle's forward on every row, rounded (backward_outputs).
+/// `exact_forward`, where given, receives that forward unrounded.
+BackwardInputs hand_over(const Problem& problem, const Inputs& inputs, const HostTensor& dout,
+                         AttentionRows* exact_forward = nullptr);
+
 /// A failed case explained: the problem line, the rule that decided, the
 /// first element over the bound, the worst element, the share over the bound,
 /// and the replay command. Several lines.

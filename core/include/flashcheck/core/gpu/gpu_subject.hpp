@@ -9,6 +9,12 @@
 //     guard bands intact (else an out-of-bounds write), no valid output element
 //     still poisoned (else an unwritten output), inputs bit-identical (else an
 //     input modification). Any violation makes the run an `error` naming it.
+// The backward (pass=bwd, for a subject whose Capabilities declare one) the
+// same way: Q, K, V, O, dO and the handed LSE uploaded (core/backward.hpp
+// says where O and LSE come from), dQ, dK and dV guarded and poisoned, the
+// workspaces (D_i, an f32 dQ accumulator where asked) allocated here, and the
+// same checks after the call, on dQ, dK, dV and all six inputs. bench times
+// both passes through time() and time_backward().
 #pragma once
 
 #include <cuda_runtime.h>
@@ -44,9 +50,33 @@ struct AttentionArgs {
   cudaStream_t stream;
 };
 
+/// One backward call's device tensors, as a backward launcher receives them.
+/// `attention` carries Q, K, V, O (read only), the handed LSE (read only,
+/// [batch, heads_q, seqlen_q]), the geometry, the strides and the stream. dO
+/// has O's strides, dQ Q's, dK K's and dV V's.
+struct BackwardArgs {
+  AttentionArgs attention;
+  const void* dout = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  float* delta = nullptr;     // D_i = rowsum(dO_i o O_i): [batch, heads_q, seqlen_q], f32 workspace
+  float* dq_accum = nullptr;  // [batch, heads_q, seqlen_q, d] f32, zeroed on the stream before each call;
+                              // null unless BackwardNeeds::dq_accumulator
+};
+
+/// What a subject's backward needs around its launch.
+struct BackwardNeeds {
+  bool dq_accumulator = false;       // BackwardArgs::dq_accum allocated and zeroed before each call
+  bool writes_padding_rows = true;   // the kernel writes 0 to padding rows (else they are set to 0 after
+                                     // the call and are not checked for the poison)
+};
+
 class GpuSubject : public Subject {
  public:
   RunResult run(const Problem& problem, const Inputs& inputs) final;
+  /// The backward, checked as run() checks the forward (see the file's header).
+  BackwardResult run_backward(const Problem& problem, const BackwardInputs& inputs) final;
 
   /// Times of the launch alone (CUDA events around each), after `warmup`
   /// launches, over `repeats` launches cycling through `input_sets` copies of
@@ -54,11 +84,22 @@ class GpuSubject : public Subject {
   /// std::invalid_argument.
   std::optional<Timing> time(const Problem& problem, const Inputs& inputs, int warmup, int repeats,
                              int input_sets) override;
+  /// The same for the backward: the launch alone (with the dQ accumulator's
+  /// zeroing where the subject asks for one), the workspaces allocated once.
+  std::optional<Timing> time_backward(const Problem& problem, const BackwardInputs& inputs, int warmup, int repeats,
+                                      int input_sets) override;
 
  protected:
   /// Enqueues the kernel(s) on args.stream. Throws CudaError on a failed call
   /// (check_launch after each launch). Called only inside the domain.
   virtual void launch(const Problem& problem, const AttentionArgs& args, const CallSite& site) = 0;
+  /// Enqueues the backward kernel(s) on args.attention.stream, as launch().
+  /// Called only inside the backward domain (Capabilities::backward): the
+  /// default, for forward-only subjects, throws Unsupported.
+  virtual void launch_backward(const Problem& problem, const BackwardArgs& args, const CallSite& site);
+  virtual BackwardNeeds backward_needs() const { return {}; }
+  /// The LSE uploaded for the backward, from the handed one (default: as handed).
+  virtual std::vector<float> backward_lse(const std::vector<float>& handed) const { return handed; }
 };
 
 /// The launcher of a kernel whose domain and launch need nothing but the args.
