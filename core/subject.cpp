@@ -15,6 +15,8 @@ bool Capabilities::accepts_head_dim(std::int64_t d) const {
 
 std::optional<std::string> unsupported_reason(const Capabilities& caps, const Problem& p) {
   if (p.pass == Pass::bwd && !caps.backward) return std::string("the backward pass (pass=bwd) is not supported");
+  if (p.pass == Pass::bwd && !caps.backward_single_position && p.seqlen_q == 1 && p.seqlen_kv == 1)
+    return std::string("a backward of one query and one key (seqlen_q = seqlen_kv = 1) is not supported");
   if (!caps.dtypes.contains(p.dtype)) return fmt::format("dtype {} is not supported", to_string(p.dtype));
   if (!caps.layouts.contains(p.layout)) return fmt::format("layout {} is not supported", to_string(p.layout));
   if (!caps.masks.contains(p.mask)) return fmt::format("mask {} is not supported", to_string(p.mask));

@@ -386,8 +386,7 @@ rc::Gen<Problem> gen_problem_in(const Capabilities& caps, const DomainLimits& li
   const rc::Gen<Problem> backward = gen_forward_problem_in(caps, backward_limits);
   const std::int64_t max_seqlen = limits.max_seqlen;
   const rc::Gen<Problem> backward_only = rc::gen::exec([backward, max_seqlen, caps] {
-    Problem p = *backward;
-    RC_PRE(p.seqlen_q <= max_seqlen);
+    Problem p = *rc::gen::suchThat(backward, [max_seqlen](const Problem& q) { return q.seqlen_q <= max_seqlen; });
     // Not Q, K, V at the dtype's range edge: a gradient sums products of
     // them, and lands past the dtype's range (an infinity, or a finite value
     // whose rounding errors reach the range) where the f64 oracle's is
@@ -422,7 +421,7 @@ rc::Gen<Problem> gen_forward_problem_in(const Capabilities& caps, const DomainLi
       return p;
     });
   }
-  return rc::gen::exec([caps, limits] {
+  const rc::Gen<Problem> drawn = rc::gen::exec([caps, limits] {
     Problem p;
     std::vector<DType> dtypes;
     for (DType t : {DType::f32, DType::f16, DType::bf16})
@@ -570,10 +569,15 @@ rc::Gen<Problem> gen_forward_problem_in(const Capabilities& caps, const DomainLi
     }
     p.geometry_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
     p.data_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
-    // Guards: the construction above already keeps to both.
-    RC_PRE(limits.vacuous_only == (visible_rows(p) == 0));
-    RC_PRE(!unsupported_reason(caps, p));
     return p;
+  });
+  // Redrawn, not discarded: a draw whose mask and lengths leave every row
+  // without a key (or, under vacuous_only, one that compares something), or
+  // that a domain rule the construction above does not follow refuses. A
+  // discard counts against each property's 10% budget (kMaxDiscardShare):
+  // measured, 13 of 113 draws of a backward property on the GPU.
+  return rc::gen::suchThat(drawn, [caps, limits](const Problem& p) {
+    return limits.vacuous_only == (visible_rows(p) == 0) && !unsupported_reason(caps, p);
   });
 }
 }  // namespace

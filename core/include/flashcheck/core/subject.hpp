@@ -111,6 +111,11 @@ struct Capabilities {
   /// property holds a subject that declares it to every bit; any other subject
   /// to the tolerance.
   bool backward_deterministic = false;
+  /// The backward takes seqlen_q = seqlen_kv = 1 (the padded lengths). cuDNN's
+  /// sdpa_backward refuses it at validation ("s_q = s_kv = 1 is not
+  /// supported", cuDNN 9.14 and 9.19 on an H200), 6 of 13 discarded draws of
+  /// its backward properties before it was declared.
+  bool backward_single_position = true;
   /// Documented differences from flashcheck's conventions (empty: none).
   std::string_view known_deviations;
 
