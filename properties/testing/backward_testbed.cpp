@@ -343,6 +343,11 @@ double gamma(double n, double u) { return n * u / (1 - n * u); }
 struct RowTerms {
   std::vector<double> s, a;  // per visible key (offset from keys.first): logit, its absolute condition
   double lse = 0, lse_handed = 0, d_handed = 0, d_exact = 0, d_abs = 0;
+  // The scale of the f64 oracle's own error in D_i: sum_c |dO_c| sum_j P_j |V_jc|,
+  // the magnitude of the terms its O sums (not |O|: where the terms cancel, O
+  // is near 0 and its rounding is not; measured, an O that is 0 exactly in one
+  // key order came out 1e-17 in another, moving a dK that is 0 to 3e-17).
+  double d_oracle = 0;
 };
 
 // Calls visit(b, hk, h, i, keys, terms) for every (b, query head, query row)
@@ -352,7 +357,7 @@ void for_each_row(const Problem& p, const Inputs& in, const HostTensor& dout, co
                   const Outputs& handed, Visit visit) {
   const double scale = p.softmax_scale;
   const std::int64_t d = p.head_dim, dv = p.head_dim_v;
-  std::vector<double> q(static_cast<std::size_t>(d)), k(static_cast<std::size_t>(d));
+  std::vector<double> q(static_cast<std::size_t>(d)), k(static_cast<std::size_t>(d)), v;
   RowTerms t;
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t h = 0; h < p.heads_q; ++h) {
@@ -370,6 +375,8 @@ void for_each_row(const Problem& p, const Inputs& in, const HostTensor& dout, co
           t.d_abs += std::fabs(g * oh);
         }
         in.q.read_row(b, h, i, q.data());
+        v.resize(static_cast<std::size_t>(dv));
+        t.d_oracle = 0;
         t.s.assign(static_cast<std::size_t>(keys.count()), 0.0);
         t.a.assign(static_cast<std::size_t>(keys.count()), 0.0);
         for (std::int64_t j = keys.first; j <= keys.last; ++j) {
@@ -381,6 +388,9 @@ void for_each_row(const Problem& p, const Inputs& in, const HostTensor& dout, co
           }
           t.s[j - keys.first] = scale * dot;
           t.a[j - keys.first] = scale * abs_dot;
+          const double prob = std::exp(t.s[j - keys.first] - t.lse);
+          in.v.read_row(b, hk, j, v.data());
+          for (std::int64_t c = 0; c < dv; ++c) t.d_oracle += prob * std::fabs(dout.get(b, h, i, c) * v[c]);
         }
         visit(b, hk, h, i, keys, t);
       }
@@ -422,7 +432,7 @@ GradientSums gradient_sums(const Problem& p, const Inputs& in, const HostTensor&
     for (std::int64_t c = 0; c < d; ++c) {
       const double qc = in.q.get(b, h, i, c);
       tkc[c] += scale * d_diff * qc;
-      bkc[c] += scale * std::fabs(qc) * 64 * u64 * 2 * t.d_abs;
+      bkc[c] += scale * std::fabs(qc) * 64 * u64 * 2 * t.d_oracle;
     }
     for (std::int64_t c = 0; c < dv; ++c) tvc[c] += dout.get(b, h, i, c);
     for (std::int64_t j = keys.first; j <= keys.last; ++j) {
@@ -497,7 +507,7 @@ GradientRows gradient_error_bounds(const Problem& p, const Inputs& in, const Hos
                           64 * u64 * (std::fabs(t.lse) + 1);
     const double delta = 3 * u + 2 * uw;
     // D~_i - D_i: the handed O's rounding (exact here), and the f64 oracle's own error.
-    const double d_drift = std::fabs(t.d_exact - t.d_handed) + 64 * u64 * 2 * t.d_abs;
+    const double d_drift = std::fabs(t.d_exact - t.d_handed) + 64 * u64 * 2 * t.d_oracle;
     const double e_d = gamma(dv, u) * t.d_abs;
     double* dq = bounds.dq_row(b, h, i);
     for (std::int64_t j = keys.first; j <= keys.last; ++j) {
