@@ -133,7 +133,7 @@ int run_bench(const BenchOptions& options) {
       fmt::print("{:<22} {:>9.3f} {:>8.3f} {:>8.3f} {:>8.1f} {:>5.0f}% {:>7.0f} {:>5.0f}% {:>7} {:>4}  {}\n",
                  row.subject + (is_peer ? " (peer)" : ""), ms, row.timing.min_ms, row.timing.max_ms, tflops,
                  100 * tflops / gemm, gbps, 100 * gbps / ceilings.copy_gbps,
-                 vs_peer > 0 ? fmt::format("{:.2f}", vs_peer) : "-", row.input_sets, to_line(p));
+                 vs_peer >= 0.01 ? fmt::format("{:.2f}", vs_peer) : vs_peer > 0 ? fmt::format("{:.1e}", vs_peer) : "-", row.input_sets, to_line(p));
       ++timed;
       if (!records) continue;
       BenchRecord record;
