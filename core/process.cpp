@@ -34,7 +34,7 @@ constexpr const char* kTokens = "FLASHCHECK_PROCESS_TOKENS";
 /// The children this process started and has not reaped yet, by pid, with
 /// their tokens. The lock is held across fork and registration, so that a
 /// descendant sweep never takes a child being started for an orphan.
-struct Registry {
+struct Children {
   std::mutex lock;
   std::map<pid_t, std::string> live;  // pid -> token
   std::set<std::string> live_tokens;
@@ -44,8 +44,8 @@ struct Registry {
 
 /// Never destroyed: children are killed from destructors of other statics
 /// (the subject registry's external workers), in any order at exit.
-Registry& registry() {
-  static Registry* const instance = new Registry;
+Children& children() {
+  static Children* const instance = new Children;
   return *instance;
 }
 
@@ -177,7 +177,7 @@ std::vector<std::string> tokens_of(pid_t pid) {
 /// longer live, and zombies that no live child accounts for. Repeats until
 /// none is left, since each one ended re-parents its own children here.
 void sweep_descendants(pid_t group) {
-  Registry& r = registry();
+  Children& r = children();
   const std::lock_guard<std::mutex> hold(r.lock);
   const pid_t self = ::getpid();
   const std::string ours = fmt::format("{}.", self);
@@ -248,7 +248,7 @@ Process::Process(const ProcessOptions& options)
   if (executable.empty())
     throw ProcessError(fmt::format("cannot run '{}'{}: {} (not found on PATH)", program, where, std::strerror(ENOENT)));
 
-  Registry& r = registry();
+  Children& r = children();
   {
     const std::lock_guard<std::mutex> hold(r.lock);
     token_ = fmt::format("{}.{}", ::getpid(), ++r.started);
@@ -435,7 +435,7 @@ Process::Line Process::read_line(std::string& line, double seconds, std::size_t 
 
 void Process::reaped(int raw) {
   status_ = ExitStatus{raw};
-  Registry& r = registry();
+  Children& r = children();
   const std::lock_guard<std::mutex> hold(r.lock);
   r.live.erase(pid_);
   r.live_tokens.erase(token_);

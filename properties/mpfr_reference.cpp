@@ -43,7 +43,7 @@ class Big {
 };
 
 // The mask read from the spec once more, for this reference alone.
-bool sees(const Problem& p, std::int64_t i, std::int64_t j, std::int64_t lq, std::int64_t lk) {
+bool sees_key(const Problem& p, std::int64_t i, std::int64_t j, std::int64_t lq, std::int64_t lk) {
   const std::int64_t diagonal = i + lk - lq;
   if (p.mask == MaskKind::causal_tl) return j <= i;
   if (p.mask == MaskKind::causal_br) return j <= diagonal;
@@ -64,7 +64,7 @@ MpfrAttention mpfr_attention(const Problem& p, const Inputs& in) {
       for (std::int64_t i = 0; i < lq; ++i) {
         std::vector<std::int64_t> keys;
         for (std::int64_t j = 0; j < lk; ++j)
-          if (sees(p, i, j, lq, lk)) keys.push_back(j);
+          if (sees_key(p, i, j, lq, lk)) keys.push_back(j);
         if (keys.empty()) continue;  // fully masked: O = 0, LSE = -inf as initialised
         std::vector<Big> logits(keys.size());
         mpfr_set_inf(maximum.get(), -1);
@@ -126,7 +126,7 @@ GradientRows mpfr_gradients(const Problem& p, const Inputs& in, const HostTensor
         for (std::int64_t i = 0; i < lq; ++i) {
           std::vector<std::int64_t> keys;
           for (std::int64_t j = 0; j < lk; ++j)
-            if (sees(p, i, j, lq, lk)) keys.push_back(j);
+            if (sees_key(p, i, j, lq, lk)) keys.push_back(j);
           if (keys.empty()) continue;  // fully masked: no gradient, no contribution
           const std::size_t n = keys.size();
           // S = scale Q K^T and its maximum; P = exp(S - max) / sum.
