@@ -9,7 +9,9 @@
 
 namespace flashcheck {
 
-double noise_floor(DType dtype, double scale) { return kFloorRoundings * unit_roundoff(dtype) * scale; }
+double noise_floor(DType dtype, double scale) {
+  return kFloorRoundings * std::max(unit_roundoff(dtype) * scale, min_subnormal(dtype) / 2);
+}
 
 double logit_noise(const LogitCondition& condition, double value) {
   return kLogitRoundings *

@@ -476,7 +476,11 @@ TEST(ToleranceTest, NoiseFloorIsTwoRoundingsAtScale) {
   EXPECT_EQ(noise_floor(DType::bf16, 3.0), 2 * 0x1p-8 * 3.0);
   EXPECT_EQ(noise_floor(DType::f16, 3.0), 2 * 0x1p-11 * 3.0);
   EXPECT_EQ(noise_floor(DType::f32, 3.0), 2 * 0x1p-24 * 3.0);
-  EXPECT_EQ(noise_floor(DType::bf16, 0.0), 0.0);
+  // Below the normal range a rounding is half the subnormal grid, whatever the size.
+  EXPECT_EQ(noise_floor(DType::bf16, 0.0), 0x1p-133);
+  EXPECT_EQ(noise_floor(DType::f16, 0.0), 0x1p-24);
+  EXPECT_EQ(noise_floor(DType::f32, 1e-40), 0x1p-149);
+  EXPECT_EQ(noise_floor(DType::bf16, 1e-39), 0x1p-133);
   EXPECT_EQ(kBaselineFactor, 2.0);
 }
 
@@ -521,10 +525,13 @@ TEST(ToleranceTest, ExactBaselineStillToleratesTheFloor) {
   const Verdict beyond = decide(metrics_of(0x1p-6, 0x1p-9, 1.0, 0.5), baseline, DType::bf16);
   EXPECT_FALSE(beyond.pass);
   EXPECT_NE(beyond.rule.find("o.max_abs"), std::string::npos) << beyond.rule;
-  // Exact baseline with a zero reference: no floor, so any error fails and the ratio is infinite.
+  // Exact baseline with a zero reference: the floor is the output's subnormal
+  // grid (two half-steps of 2^-133 in bf16): an error of 1e-30 fails by ten
+  // orders of magnitude, one of half a step passes.
   const Verdict zero = decide(metrics_of(1e-30, 0, 0, 0), metrics_of(0, 0, 0, 0), DType::bf16);
   EXPECT_FALSE(zero.pass);
-  EXPECT_EQ(zero.worst_ratio, kInf);
+  EXPECT_GT(zero.worst_ratio, 1e10);
+  EXPECT_TRUE(decide(metrics_of(0x1p-134, 0, 0, 0), metrics_of(0, 0, 0, 0), DType::bf16).pass);
   EXPECT_TRUE(decide(metrics_of(0, 0, 0, 0), metrics_of(0, 0, 0, 0), DType::bf16).pass);
 }
 
