@@ -76,15 +76,18 @@ RunResult CpuFa2Tiles::run(const Problem& p, const Inputs& in) {
               any = true;
             }
             if (!any) continue;  // this tile is masked for the row: its state stays
-            // Every visible key of the tile scores -inf: each weighs exp(-inf - m) = 0
-            // beside a finite maximum, so the state stays (exp(-inf - -inf) would be
-            // NaN). Only a row whose every visible key scores -inf is NaN, as in the
-            // one-pass formula: `flat` remembers it.
-            if (tile_max == minus_infinity) {
+            if (nan) tile_max = std::numeric_limits<float>::quiet_NaN();  // std::max drops a NaN
+            // Every visible key so far scores -inf: each weighs exp(-inf - m) = 0 beside
+            // a finite maximum seen later (exp(-inf - -inf) would be NaN), yet adds
+            // 0 x V to O as the one-pass formula does: NaN where V is infinite. Only a
+            // row whose every visible key scores -inf is NaN: `flat` remembers it.
+            if (tile_max == minus_infinity && !started[r]) {
               flat[r] = true;
+              for (std::int64_t c = 0; c < kTile; ++c)
+                if (seen_key[c])
+                  for (std::int64_t x = 0; x < dv; ++x) o[r * dv + x] += 0.0f * v[c * dv + x];
               continue;
             }
-            if (nan) tile_max = std::numeric_limits<float>::quiet_NaN();
             const float m_new = std::isnan(tile_max) || std::isnan(m[r]) ? tile_max + m[r] : std::max(m[r], tile_max);
             // The first tile a row sees has nothing to correct (0 x -inf would be NaN).
             const float correction = started[r] ? std::exp(m[r] - m_new) : 0.0f;

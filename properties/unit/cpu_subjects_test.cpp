@@ -51,5 +51,42 @@ TEST(CpuSubjects, AVisibleKeyScoringMinusInfinityWeighsNothing) {
   }
 }
 
+TEST(CpuSubjects, AKeyScoringMinusInfinityStillAddsZeroTimesV) {
+  // Found by CI's property run (BottomRightEqualsOffsetTopLeft, 2026-11-26): with
+  // the fix above, cpu-fa2-tiles skipped a tile whose visible keys all scored -inf
+  // and so dropped two things the one-pass formula keeps: 0 x V (NaN where V is
+  // infinite) and a NaN score in that tile (std::max(-inf, NaN) is -inf).
+  const float inf = std::numeric_limits<float>::infinity();
+  const Problem found = parse_problem("b=3 hq=1 hkv=1 sq=15 skv=21 d=80 dv=1 dtype=f32 layout=bhsd mask=causal_br "
+                                      "scale=0.11180339887498948 values=nan_inf(0.002) gseed=0 dseed=367972");
+  // By hand: keys 0..15 score -inf, key 16 scores 0. With V[0] = inf, O is
+  // 0 x inf + V[16] = NaN and LSE is 0; with K[3] = NaN instead, O and LSE are NaN.
+  const Problem p = parse_problem("b=1 hq=1 sq=1 skv=17 d=1 dtype=f32");
+  auto minus_infinity_keys = [&](bool infinite_value, bool nan_key) {
+    Inputs in = generate_inputs(p);
+    in.q.set(0, 0, 0, 0, 1.0);
+    for (std::int64_t j = 0; j < p.seqlen_kv; ++j) in.k.set(0, 0, j, 0, j < 16 ? -inf : 0.0);
+    if (infinite_value) in.v.set(0, 0, 0, 0, inf);
+    if (nan_key) in.k.set(0, 0, 3, 0, std::numeric_limits<double>::quiet_NaN());
+    return in;
+  };
+  CpuPlain plain;
+  CpuFa2Tiles tiles;
+  for (Subject* subject : std::initializer_list<Subject*>{&plain, &tiles}) {
+    const CaseResult r = judge(*subject, found);
+    EXPECT_EQ(r.verdict_kind, VerdictKind::pass) << explain(r);
+    const Inputs infinite_value = minus_infinity_keys(true, false);
+    const CaseResult a = judge(*subject, p, infinite_value);
+    EXPECT_EQ(a.verdict_kind, VerdictKind::pass) << explain(a);
+    const RunResult ran = subject->run(p, infinite_value);
+    EXPECT_TRUE(std::isnan(ran.outputs.o.get(0, 0, 0, 0))) << subject->name();
+    EXPECT_EQ(ran.outputs.lse[0], 0.0f) << subject->name();
+    const Inputs nan_key = minus_infinity_keys(false, true);
+    const CaseResult b = judge(*subject, p, nan_key);
+    EXPECT_EQ(b.verdict_kind, VerdictKind::pass) << explain(b);
+    EXPECT_TRUE(std::isnan(subject->run(p, nan_key).outputs.lse[0])) << subject->name();
+  }
+}
+
 }  // namespace
 }  // namespace flashcheck
