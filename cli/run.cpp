@@ -16,6 +16,8 @@
 #include "flashcheck/core/subject.hpp"
 #include "flashcheck/core/values.hpp"
 #include "flashcheck/judge/judge.hpp"
+#include "flashcheck/core/backward.hpp"
+#include "flashcheck/oracles/kokkos/kokkos_backward.hpp"
 #include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
 
 namespace flashcheck::cli {
@@ -137,6 +139,24 @@ void print_triangulation(const CaseResult& r, const AttentionRows& kokkos) {
   }
 }
 
+/// The backward's triangulation: the subject's gradients against cpu_f64's
+/// and Kokkos' (Algorithm 2 in f64, an independent code), and the two
+/// references against each other, on the query rows (dQ) and key rows (dK,
+/// dV) the case checked. `kokkos` is the gradient reference on those rows.
+void print_gradient_triangulation(const CaseResult& r, const GradientRows& kokkos) {
+  const GradientRows subject = gather_gradients(r.problem, r.gradients, r.rows, r.kv_rows);
+  const DType dtype = r.problem.dtype;
+  const auto line = [](std::string_view pair, const GradientMetrics& m) {
+    const std::int64_t census = m.dq.census.mismatches + m.dk.census.mismatches + m.dv.census.mismatches;
+    fmt::print("    {:<22} {:.3e} {:.3e} {:.3e}{}\n", pair, m.dq.errors.max_abs, m.dk.errors.max_abs, m.dv.errors.max_abs,
+               census ? fmt::format("; {} NaN/Inf position(s) differ", census) : "");
+  };
+  fmt::print("  triangulation ({}), max |difference| over dQ dK dV:\n", kokkos_description());
+  line("cpu_f64 vs kokkos_f64", compare_gradients(r.problem, r.gradient_reference, kokkos, dtype));
+  line("subject vs cpu_f64", compare_gradients(r.problem, subject, r.gradient_reference, dtype));
+  line("subject vs kokkos_f64", compare_gradients(r.problem, subject, kokkos, dtype));
+}
+
 }  // namespace
 
 int run_cases(const RunOptions& options) {
@@ -176,6 +196,7 @@ int run_cases(const RunOptions& options) {
     std::optional<Inputs> inputs;
     if (options.kokkos) inputs = generate_inputs(problem);
     std::optional<AttentionRows> kokkos;
+    std::optional<GradientRows> kokkos_gradient_rows;
     for (Subject* subject : subjects) {
       progress.show("case", case_index++, total_cases, fmt::format("{} {}", subject->name(), to_line(problem)));
       const CaseResult result =
@@ -217,12 +238,16 @@ int run_cases(const RunOptions& options) {
         fmt::print("\n== {}  {}\n", subject->name(), to_line(problem));
         if (result.ran()) {
           print_case(result);
-          if (options.kokkos && problem.pass == Pass::bwd) {
-            fmt::print("  triangulation: the Kokkos reference triangulates the forward pass only\n");
-          } else if (options.kokkos && problem.seqlen_q > options.max_rows && result.on_every_row()) {
+          if (options.kokkos && problem.seqlen_q > options.max_rows && result.on_every_row()) {
             // Judged on every row: the reference already is kokkos_f64 (on the GPU), and cpu_f64 agreed on the sample.
             fmt::print("  triangulation: the verdict's reference is kokkos_f64 on every row; cpu_f64 agreed with it on "
                        "the sampled rows (1e-12)\n");
+          } else if (options.kokkos && problem.pass == Pass::bwd) {
+            if (!kokkos_gradient_rows || kokkos_gradient_rows->q_rows != result.rows ||
+                kokkos_gradient_rows->kv_rows != result.kv_rows)
+              kokkos_gradient_rows =
+                  kokkos_gradients(problem, *inputs, generate_dout(problem), result.rows, result.kv_rows);
+            print_gradient_triangulation(result, *kokkos_gradient_rows);
           } else if (options.kokkos) {
             if (!kokkos || kokkos->rows != result.rows)
               kokkos = kokkos_reference(problem, *inputs, result.rows, Accumulation::f64);
