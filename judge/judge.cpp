@@ -401,7 +401,7 @@ CaseResult judge_backward(Subject& subject, const Problem& problem, const Inputs
   result.kv_rows = problem.seqlen_kv <= options.max_rows ? all_key_rows(problem)
                                                          : sample_key_rows(problem, options.max_rows, options.row_seed);
   start = std::chrono::steady_clock::now();
-  const GradientRows reference = cpu_f64_gradients(problem, inputs, dout, result.rows, result.kv_rows);
+  GradientRows reference = cpu_f64_gradients(problem, inputs, dout, result.rows, result.kv_rows);
   result.oracle_ms = forward_ms + elapsed_ms(start);
   start = std::chrono::steady_clock::now();
   const GradientRows baseline =
@@ -418,7 +418,30 @@ CaseResult judge_backward(Subject& subject, const Problem& problem, const Inputs
   result.rows_visible = visible_compared_rows(problem, result.rows);
   rerun_backward(subject, problem, handed, run.gradients, reference, options.backward_reruns, result);
   if (!result.ran()) return result;
-  set_verdict_kind(result, compared_gradients(result), declared_deviation(caps, problem, max_abs_finite(inputs.v)));
+  const std::optional<std::string> limit = declared_deviation(caps, problem, max_abs_finite(inputs.v));
+  set_verdict_kind(result, compared_gradients(result), limit);
+
+  // Every row, where the rows were sampled and the options ask: the verdict
+  // then rests on every query and key row (cpu_f64's sample cross-checks the
+  // Kokkos reference), and the peer below is compared on them. A rerun that
+  // failed the case has decided it: its verdict stands on the sample.
+  if (options.every_row != EveryRow::off && !result.on_every_row()) {
+    const KokkosSpace space = options.every_row == EveryRow::host ? KokkosSpace::host : KokkosSpace::device;
+    GradientRows every_reference;
+    if (result.reruns > 0 && !result.verdict.pass) {
+      result.every_row_unavailable = "not run: a rerun of the backward already failed the case on its sampled rows";
+    } else if (judge_every_row_gradients(result, inputs, dout, run.gradients, reference, exact_forward, handed.forward,
+                                         space, limit, &every_reference)) {
+      if (result.on_every_row()) reference = std::move(every_reference);  // else the oracles disagreed
+      result.rows_visible = visible_compared_rows(problem, result.rows);
+      if (result.verdict.pass)
+        result.verdict_kind = compared_gradients(result) ? VerdictKind::pass : VerdictKind::vacuous;
+    } else {
+      result.every_row_unavailable =
+          fmt::format("the Kokkos reference cannot run on {} here: {}",
+                      space == KokkosSpace::device ? "a GPU" : "the host", kokkos_description());
+    }
+  }
 
   // The peer's backward on the same inputs, for half-precision problems.
   Subject* peer = problem.dtype != DType::f32 ? options.peer : nullptr;
@@ -435,9 +458,6 @@ CaseResult judge_backward(Subject& subject, const Problem& problem, const Inputs
       result.peer = std::move(p);
     }
   }
-  if (options.every_row != EveryRow::off && !result.on_every_row())
-    result.every_row_unavailable = "the every-row reference covers the forward pass only: this backward case rests on "
-                                   "its sampled query and key rows";
   if (options.keep_outputs) {
     result.gradients = std::move(run.gradients);
     result.gradient_reference = reference;

@@ -2,17 +2,21 @@
 // space's memory and decoded to f64; the f64 forward (the forward reference's
 // online-softmax kernel) for O and LSE on every query row; D = rowsum(dO o O);
 // the two gradient kernels of kokkos_gradient_kernels.hpp; the gradients
-// copied back into GradientRows.
+// copied back into GradientRows. Beside them, where asked, the conditioning
+// of the gradients, and the same-precision baseline (kokkos_gradient_plain.hpp).
 #include "flashcheck/oracles/kokkos/kokkos_backward.hpp"
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "flashcheck/oracles/kokkos/kokkos_attention.hpp"
 #include "kokkos_gradient_kernels.hpp"
+#include "kokkos_gradient_plain.hpp"
 #include "kokkos_host.hpp"
 
 namespace flashcheck {
@@ -83,9 +87,61 @@ void launch(const char* label, const Kernel& kernel, std::int64_t team_size) {
   Kokkos::parallel_for(label, policy, kernel);
 }
 
+// The conditioning of the gradients (GradientRows::dq_terms_max and the
+// rest): dQ's terms over the query rows of `q_rows`, dK's and dV's over the
+// key rows of `kv_position`, as cpu_f64_gradients takes them.
+template <class Space>
+void conditioning(const Problem& p, const ka::GradientOperands& operands, const DeviceRows<Space>& k,
+                  const RowSet& q_rows, const Kokkos::View<std::int64_t*, Space>& kv_position, GradientRows& out) {
+  using Flat = Kokkos::View<double*, Space>;
+  const std::int64_t keys = p.batch * p.heads_kv * p.seqlen_kv, rows = p.batch * p.heads_q * p.seqlen_q;
+  const Flat k_max("k_max", extent(keys)), k_norm("k_norm", extent(keys));
+  Kokkos::parallel_for("flashcheck::kokkos::key_magnitudes", Kokkos::RangePolicy<Space>(0, keys),
+                       ka::KeyMagnitudes<Space>{ka::device_array<const double>(k), ka::device_array<double>(k_max),
+                                                ka::device_array<double>(k_norm)});
+  const Flat row_c("row_c", extent(rows)), row_shift("row_shift", extent(rows)), row_q_max("row_q_max", extent(rows)),
+      row_do_max("row_do_max", extent(rows)), w_dq("w_dq", extent(rows)), x_dq("x_dq", extent(rows));
+  const ka::ConditioningOperands c{operands,
+                                   ka::device_array<const double>(k_max),
+                                   ka::device_array<const double>(k_norm),
+                                   ka::device_array<double>(row_c),
+                                   ka::device_array<double>(row_shift),
+                                   ka::device_array<double>(row_q_max),
+                                   ka::device_array<double>(row_do_max)};
+  Kokkos::parallel_for("flashcheck::kokkos::row_conditioning", Kokkos::RangePolicy<Space>(0, rows),
+                       ka::RowConditioning<Space>{c, ka::device_array<double>(w_dq), ka::device_array<double>(x_dq)});
+  const std::int64_t kv_rows = static_cast<std::int64_t>(kv_position.extent(0));
+  const Kokkos::View<double****, Kokkos::LayoutRight, Space> sums("key_terms", extent(p.batch), extent(p.heads_kv),
+                                                                  extent(kv_rows), 5);
+  if (kv_rows > 0)
+    Kokkos::parallel_for("flashcheck::kokkos::key_conditioning", Kokkos::RangePolicy<Space>(0, p.batch * p.heads_kv * kv_rows),
+                         ka::KeyConditioning<Space>{c, ka::device_array<const std::int64_t>(kv_position),
+                                                    ka::device_array<double>(sums)});
+  Kokkos::fence();
+  const auto w_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), w_dq);
+  const auto x_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), x_dq);
+  const auto sums_host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), sums);
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.heads_q; ++h)
+      for (std::int64_t r = 0; r < q_rows.size(); ++r) {
+        const std::int64_t at = (b * p.heads_q + h) * p.seqlen_q + q_rows.rows[r];
+        out.dq_terms_max = std::max(out.dq_terms_max, w_host(at));
+        out.dq_logit_terms_max = std::max(out.dq_logit_terms_max, x_host(at));
+      }
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t hk = 0; hk < p.heads_kv; ++hk)
+      for (std::int64_t r = 0; r < kv_rows; ++r) {
+        out.key_weight_max = std::max(out.key_weight_max, sums_host(b, hk, r, 0));
+        out.dk_terms_max = std::max(out.dk_terms_max, sums_host(b, hk, r, 1));
+        out.dk_logit_terms_max = std::max(out.dk_logit_terms_max, sums_host(b, hk, r, 2));
+        out.dv_terms_max = std::max(out.dv_terms_max, sums_host(b, hk, r, 3));
+        out.dv_logit_terms_max = std::max(out.dv_logit_terms_max, sums_host(b, hk, r, 4));
+      }
+}
+
 template <class Space>
 GradientRows algorithm2(const Problem& p, const Inputs& in, const HostTensor& dout, const RowSet& q_rows,
-                        const RowSet& kv_rows, KokkosTiling requested) {
+                        const RowSet& kv_rows, KokkosTiling requested, bool with_condition) {
   const KokkosTiling tiling = fit_gradients<Space>(p, requested);
   GradientRows out(p, q_rows, kv_rows);
   if (p.batch == 0 || (q_rows.size() == 0 && kv_rows.size() == 0)) return out;
@@ -170,6 +226,7 @@ GradientRows algorithm2(const Problem& p, const Inputs& in, const HostTensor& do
     query_blocks.prepare();
     launch<Space>("flashcheck::kokkos::query_block_gradient", query_blocks, tiling.team_size);
   }
+  if (with_condition) conditioning<Space>(p, operands, k, q_rows, kv_position, out);
   Kokkos::fence();
 
   // GradientRows has the kernels' order: [b][h][row][d or dv].
@@ -181,11 +238,87 @@ GradientRows algorithm2(const Problem& p, const Inputs& in, const HostTensor& do
   return out;
 }
 
+// The plain backward rounded to `working` after each step (cpu_lowp_gradients'
+// steps), dQ on `q_rows`, dK and dV on `kv_rows`.
+template <class Space>
+GradientRows rounded_backward(const Problem& p, const Inputs& in, const HostTensor& dout, const RowSet& q_rows,
+                              const RowSet& kv_rows, DType working) {
+  GradientRows out(p, q_rows, kv_rows);
+  if (p.batch == 0 || (q_rows.size() == 0 && kv_rows.size() == 0)) return out;
+  const RowGeometry<Space> geometry(p, all_rows(p));
+  ka::RoundedOperands r;
+  r.g = tiles_for<Space>(p, KokkosTiling{}).in.g;
+  r.mask = mask_spec(p);
+  r.working = storage_code(working);
+  r.scale = static_cast<float>(p.softmax_scale);
+  r.minus_infinity = -std::numeric_limits<float>::infinity();
+  r.not_a_number = std::numeric_limits<float>::quiet_NaN();
+  // Inputs in f32 (exact), rounded to the working dtype when it is narrower.
+  auto q = stage<Space, float>(in.q, "q", {}, p.seqlen_q);
+  auto k = stage<Space, float>(in.k, "k", {}, p.seqlen_kv);
+  auto v = stage<Space, float>(in.v, "v", {}, p.seqlen_kv);
+  auto dout_rows = stage<Space, float>(dout, "dout", {}, p.seqlen_q);
+  for (auto* tensor : {&q, &k, &v, &dout_rows})
+    Kokkos::parallel_for("flashcheck::kokkos::round_inputs", Kokkos::RangePolicy<Space>(0, tensor->size()),
+                         RoundToWorking<Space>{ka::device_array<float>(*tensor), r.working});
+  r.q = ka::device_array<const float>(q);
+  r.k = ka::device_array<const float>(k);
+  r.v = ka::device_array<const float>(v);
+  r.dout = ka::device_array<const float>(dout_rows);
+  r.len_q = ka::device_array<const std::int64_t>(geometry.len_q);
+  r.len_kv = ka::device_array<const std::int64_t>(geometry.len_kv);
+  const std::int64_t rows = p.batch * p.heads_q * p.seqlen_q;
+  const Kokkos::View<float*, Space> row_max("row_max", extent(rows)), row_sum("row_sum", extent(rows)),
+      row_delta("row_delta", extent(rows));
+  r.row_max = ka::device_array<float>(row_max);
+  r.row_sum = ka::device_array<float>(row_sum);
+  r.row_delta = ka::device_array<float>(row_delta);
+
+  // Per query row: the softmax state, D and dQ.
+  const Kokkos::View<std::int64_t*, Space> dq_slot("dq_slot", extent(p.seqlen_q));
+  {
+    auto slot_host = Kokkos::create_mirror_view(dq_slot);
+    for (std::int64_t i = 0; i < p.seqlen_q; ++i) slot_host(i) = -1;
+    for (std::int64_t slot = 0; slot < q_rows.size(); ++slot) slot_host(q_rows.rows[slot]) = slot;
+    Kokkos::deep_copy(dq_slot, slot_host);
+  }
+  using Rows = Kokkos::View<float****, Kokkos::LayoutRight, Space>;
+  const Rows dq("dq", extent(p.batch), extent(p.heads_q), extent(q_rows.size()), extent(p.head_dim));
+  Kokkos::parallel_for("flashcheck::kokkos::rounded_row_gradients", Kokkos::RangePolicy<Space>(0, rows),
+                       ka::RoundedRowGradients<Space>{r, ka::device_array<const std::int64_t>(dq_slot),
+                                                      ka::device_array<float>(dq)});
+  // Per key row: dK and dV.
+  const auto kv_position = positions<Space>(kv_rows, "kv_position");
+  const Rows dk("dk", extent(p.batch), extent(p.heads_kv), extent(kv_rows.size()), extent(p.head_dim)),
+      dv("dv", extent(p.batch), extent(p.heads_kv), extent(kv_rows.size()), extent(p.head_dim_v)),
+      head_dk("head_dk", extent(p.batch), extent(p.heads_kv), extent(kv_rows.size()), extent(p.head_dim)),
+      head_dv("head_dv", extent(p.batch), extent(p.heads_kv), extent(kv_rows.size()), extent(p.head_dim_v));
+  if (kv_rows.size() > 0)
+    Kokkos::parallel_for("flashcheck::kokkos::rounded_key_gradients",
+                         Kokkos::RangePolicy<Space>(0, p.batch * p.heads_kv * kv_rows.size()),
+                         ka::RoundedKeyGradients<Space>{r, ka::device_array<const std::int64_t>(kv_position),
+                                                        ka::device_array<float>(dk), ka::device_array<float>(dv),
+                                                        ka::device_array<float>(head_dk), ka::device_array<float>(head_dv)});
+  Kokkos::fence();
+  const auto widen = [](const Rows& rows_view, std::vector<double>& target) {
+    const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), rows_view);
+    for (std::size_t n = 0; n < target.size(); ++n) target[n] = static_cast<double>(host.data()[n]);
+  };
+  widen(dq, out.dq);
+  widen(dk, out.dk);
+  widen(dv, out.dv);
+  return out;
+}
+
 // Every kernel holds DeviceArrays, never a View (kokkos_attention.hpp says why).
 template <class Space>
 constexpr bool gradient_kernels_hold_no_view =
     std::is_trivially_copyable_v<ka::KeyBlockGradients<Space>> &&
-    std::is_trivially_copyable_v<ka::QueryBlockGradient<Space>> && std::is_trivially_copyable_v<ka::RowDelta<Space>>;
+    std::is_trivially_copyable_v<ka::QueryBlockGradient<Space>> && std::is_trivially_copyable_v<ka::RowDelta<Space>> &&
+    std::is_trivially_copyable_v<ka::KeyMagnitudes<Space>> && std::is_trivially_copyable_v<ka::RowConditioning<Space>> &&
+    std::is_trivially_copyable_v<ka::KeyConditioning<Space>> &&
+    std::is_trivially_copyable_v<ka::RoundedRowGradients<Space>> &&
+    std::is_trivially_copyable_v<ka::RoundedKeyGradients<Space>>;
 static_assert(gradient_kernels_hold_no_view<Kokkos::DefaultHostExecutionSpace>, "a Kokkos gradient kernel holds a View");
 #ifdef KOKKOS_ENABLE_CUDA
 static_assert(gradient_kernels_hold_no_view<Kokkos::Cuda>, "a Kokkos gradient kernel holds a View");
@@ -202,12 +335,23 @@ KokkosTiling kokkos_fitted_gradient_tiling(const Problem& problem, KokkosTiling 
 }
 
 GradientRows kokkos_gradients(const Problem& problem, const Inputs& inputs, const HostTensor& dout,
-                              const RowSet& q_rows, const RowSet& kv_rows, KokkosTiling tiling, KokkosSpace space) {
+                              const RowSet& q_rows, const RowSet& kv_rows, KokkosTiling tiling, KokkosSpace space,
+                              bool with_condition) {
   require_runtime(space);
 #ifdef KOKKOS_ENABLE_CUDA
-  if (space == KokkosSpace::device) return algorithm2<Kokkos::Cuda>(problem, inputs, dout, q_rows, kv_rows, tiling);
+  if (space == KokkosSpace::device)
+    return algorithm2<Kokkos::Cuda>(problem, inputs, dout, q_rows, kv_rows, tiling, with_condition);
 #endif
-  return algorithm2<Kokkos::DefaultHostExecutionSpace>(problem, inputs, dout, q_rows, kv_rows, tiling);
+  return algorithm2<Kokkos::DefaultHostExecutionSpace>(problem, inputs, dout, q_rows, kv_rows, tiling, with_condition);
+}
+
+GradientRows kokkos_gradient_baseline(const Problem& problem, const Inputs& inputs, const HostTensor& dout,
+                                      const RowSet& q_rows, const RowSet& kv_rows, DType working, KokkosSpace space) {
+  require_runtime(space);
+#ifdef KOKKOS_ENABLE_CUDA
+  if (space == KokkosSpace::device) return rounded_backward<Kokkos::Cuda>(problem, inputs, dout, q_rows, kv_rows, working);
+#endif
+  return rounded_backward<Kokkos::DefaultHostExecutionSpace>(problem, inputs, dout, q_rows, kv_rows, working);
 }
 
 }  // namespace flashcheck

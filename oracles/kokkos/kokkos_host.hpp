@@ -130,6 +130,16 @@ struct MarkFiniteRows {
   }
 };
 
+// Rounds every element of a float view to the working dtype.
+template <class Space>
+struct RoundToWorking {
+  ka::DeviceArray<float, 4> values;
+  ka::StorageCode working;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t index) const {
+    values.data[index] = ka::round_working(working, values.data[index]);
+  }
+};
+
 // A host tensor's storage in the space's memory, decoded to Acc. The raw copy
 // lives until the decoding kernel is done (the space is fenced before return).
 template <class Space, class Acc>

@@ -87,16 +87,6 @@ AttentionRows online_softmax(const Problem& p, const Inputs& in, const RowSet& r
   return out;
 }
 
-// Rounds every element of a float view to the working dtype.
-template <class Space>
-struct RoundToWorking {
-  ka::DeviceArray<float, 4> values;
-  ka::StorageCode working;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t index) const {
-    values.data[index] = ka::round_working(working, values.data[index]);
-  }
-};
-
 // Every kernel holds DeviceArrays, never a View (kokkos_attention.hpp says why):
 // a View is not trivially copyable, so one put back into a kernel fails here,
 // in the host-only build (CI) too.

@@ -4,13 +4,21 @@
 // reruns, whatever its errors; a non-deterministic one has its spread recorded.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
 
 #include "flashcheck/core/backward.hpp"
 #include "flashcheck/core/values.hpp"
 #include "flashcheck/judge/judge.hpp"
+#include "flashcheck/judge/every_row.hpp"
 #include "flashcheck/kernels/cpu/plain.hpp"
+#include "flashcheck/oracles/cpu_f64_backward.hpp"
+#include "flashcheck/oracles/kokkos/kokkos_backward.hpp"
+#include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
 
 namespace flashcheck {
 namespace {
@@ -141,6 +149,155 @@ TEST(JudgeBackward, AForwardProblemIsNotABackwardOne) {
   CpuPlain plain;
   const Problem forward = parse_problem("b=1 hq=1 sq=4 skv=4 d=8 dtype=f32");
   EXPECT_THROW(judge_backward(plain, forward, generate_inputs(forward), generate_dout(forward)), BadInput);
+}
+
+/// cpu-plain's backward with dQ of one query row and dK of one key row
+/// (every head; -1: none) moved by `shift`: a damage a sample can leave out.
+class DamagedRows final : public Subject {
+ public:
+  DamagedRows(std::int64_t q_row, std::int64_t kv_row, double shift) : q_row_(q_row), kv_row_(kv_row), shift_(shift) {}
+  std::string_view name() const override { return "damaged-rows"; }
+  std::string_view description() const override { return "cpu-plain, one dQ row and one dK row moved"; }
+  const Capabilities& capabilities() const override { return kCpuPlainCapabilities; }
+  RunResult run(const Problem& p, const Inputs& in) override { return inner_.run(p, in); }
+  BackwardResult run_backward(const Problem& p, const BackwardInputs& in) override {
+    BackwardResult r = inner_.run_backward(p, in);
+    for (std::int64_t h = 0; h < p.heads_q && q_row_ >= 0; ++h)
+      for (std::int64_t c = 0; c < p.head_dim; ++c) r.gradients.dq.set(0, h, q_row_, c, r.gradients.dq.get(0, h, q_row_, c) + shift_);
+    for (std::int64_t h = 0; h < p.heads_kv && kv_row_ >= 0; ++h)
+      for (std::int64_t c = 0; c < p.head_dim; ++c) r.gradients.dk.set(0, h, kv_row_, c, r.gradients.dk.get(0, h, kv_row_, c) + shift_);
+    return r;
+  }
+
+ private:
+  std::int64_t q_row_, kv_row_;
+  double shift_;
+  CpuPlain inner_;
+};
+
+// A backward case sampled at max_rows = 16, and a query row and a key row the
+// sample leaves out.
+struct SampledBackwardCase {
+  Problem problem = parse_problem("b=1 hq=4 hkv=2 sq=300 skv=260 d=16 dtype=bf16 mask=causal_br pass=bwd dseed=5");
+  JudgeOptions sampled_only = [] {
+    JudgeOptions options;
+    options.max_rows = 16;
+    options.every_row = EveryRow::off;
+    return options;
+  }();
+  CaseResult sampled;
+  std::int64_t unsampled_q = 0, unsampled_kv = 0;
+  SampledBackwardCase() {
+    CpuPlain plain;
+    sampled = judge(plain, problem, sampled_only);
+    const auto& q = sampled.rows.rows;
+    const auto& kv = sampled.kv_rows.rows;
+    unsampled_q = 200;  // past the 40 fully masked rows of causal_br with 300 queries and 260 keys
+    while (std::find(q.begin(), q.end(), unsampled_q) != q.end()) ++unsampled_q;
+    unsampled_kv = 100;
+    while (std::find(kv.begin(), kv.end(), unsampled_kv) != kv.end()) ++unsampled_kv;
+  }
+};
+
+// JudgeOptions::every_row on a backward case: the verdict rests on every query
+// and key row, the record says so, and a damaged dQ row or dK row the sample
+// leaves out fails only with it.
+void expect_every_row_backward_judgement(EveryRow mode) {
+  const SampledBackwardCase c;
+  const Problem& p = c.problem;
+  ASSERT_TRUE(c.sampled.passed()) << explain(c.sampled);
+  EXPECT_FALSE(c.sampled.on_every_row());
+  EXPECT_EQ(nlohmann::json(to_record(c.sampled))["rows_basis"], "sampled");
+
+  JudgeOptions every_row = c.sampled_only;
+  every_row.every_row = mode;
+  CpuPlain plain;
+  const CaseResult checked = judge(plain, p, every_row);
+  EXPECT_TRUE(checked.passed()) << explain(checked);
+  EXPECT_TRUE(checked.on_every_row());
+  EXPECT_NE(checked.verdict.rule.find("[every row: kokkos_f64 gradients"), std::string::npos) << checked.verdict.rule;
+  EXPECT_EQ(checked.subject_gradients.kv_rows_compared, p.heads_kv * p.seqlen_kv);
+  EXPECT_EQ(checked.subject_gradients.dv.errors.count, p.heads_kv * p.seqlen_kv * p.head_dim_v);
+  // Every row's conditioning holds the sample's (to f64 rounding: two oracles' sums).
+  EXPECT_GE(checked.gradient_condition.dq_terms_max, (1 - 1e-10) * c.sampled.gradient_condition.dq_terms_max);
+  EXPECT_GE(checked.gradient_condition.dk_terms_max, (1 - 1e-10) * c.sampled.gradient_condition.dk_terms_max);
+  EXPECT_GE(checked.gradient_condition.dv_logit_terms_max,
+            (1 - 1e-10) * c.sampled.gradient_condition.dv_logit_terms_max);
+  const nlohmann::json record = nlohmann::json(to_record(checked));
+  EXPECT_EQ(record["rows_basis"], "every");
+  EXPECT_FALSE(record.contains("every_row_unavailable"));
+
+  for (const auto& [q_row, kv_row, name] : {std::tuple{c.unsampled_q, std::int64_t{-1}, "dq"},
+                                            std::tuple{std::int64_t{-1}, c.unsampled_kv, "dk"}}) {
+    SCOPED_TRACE(name);
+    DamagedRows damaged(q_row, kv_row, 1.0);
+    const CaseResult missed = judge(damaged, p, c.sampled_only);
+    EXPECT_TRUE(missed.passed()) << "the sample should not hold the damaged row: " << explain(missed);
+    const CaseResult caught = judge(damaged, p, every_row);
+    EXPECT_TRUE(caught.failed()) << explain(caught);
+    EXPECT_NE(caught.verdict.rule.find(name), std::string::npos) << caught.verdict.rule;
+    EXPECT_EQ(nlohmann::json(to_record(caught))["rows_basis"], "every");
+  }
+}
+
+// On the host's Kokkos: the device path's code, testable here.
+TEST(JudgeBackward, EveryRowRestsTheVerdictOnEveryQueryAndKeyRow) {
+  if (!kokkos_available()) GTEST_SKIP() << "Kokkos not built";
+  expect_every_row_backward_judgement(EveryRow::host);
+}
+
+TEST(JudgeBackward, EveryRowOnTheDevice) {
+  if (!kokkos_device_available()) GTEST_SKIP() << "no CUDA Kokkos built in, or no GPU";
+  expect_every_row_backward_judgement(EveryRow::device);
+}
+
+// Asked for the device where none can run: the sampled verdict stays, and the
+// record says why.
+TEST(JudgeBackward, EveryRowOnNoDeviceKeepsTheSampleAndSaysWhy) {
+  if (kokkos_device_available()) GTEST_SKIP() << "the device reference runs here";
+  const SampledBackwardCase c;
+  JudgeOptions device = c.sampled_only;
+  device.every_row = EveryRow::device;
+  CpuPlain plain;
+  const CaseResult fallback = judge(plain, c.problem, device);
+  EXPECT_TRUE(fallback.passed()) << explain(fallback);
+  EXPECT_EQ(fallback.rows, c.sampled.rows);
+  EXPECT_EQ(fallback.kv_rows, c.sampled.kv_rows);
+  EXPECT_FALSE(fallback.on_every_row());
+  EXPECT_NE(fallback.every_row_unavailable.find("cannot run on a GPU"), std::string::npos)
+      << fallback.every_row_unavailable;
+  EXPECT_EQ(nlohmann::json(to_record(fallback))["rows_basis"], "sampled");
+}
+
+// The cross-check of the every-row gradient reference: Kokkos' and cpu_f64's
+// gradients agree, also where every V row is the same, so that dP_ij = D_i,
+// dS cancels to rounding noise and dQ and dK are noise of their terms (the
+// allowed difference's share of the terms); one element moved by a
+// millionth of the largest sum of dK's terms (its largest value where dS
+// does not cancel) is a disagreement.
+TEST(JudgeBackward, TheEveryRowCrossCheckAgreesToF64AndSeesAMillionth) {
+  if (!kokkos_available()) GTEST_SKIP() << "Kokkos not built";
+  const Problem p = parse_problem("b=2 hq=4 hkv=2 sq=70 skv=90 d=16 dtype=bf16 mask=window window=20,3 pass=bwd dseed=9");
+  Inputs same_values = generate_inputs(p);
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.heads_kv; ++h)
+      for (std::int64_t j = 1; j < p.seqlen_kv; ++j)
+        for (std::int64_t c = 0; c < p.head_dim_v; ++c) same_values.v.set(b, h, j, c, same_values.v.get(b, h, 0, c));
+  const RowSet q_rows = sample_rows(p, 12, 1), kv_rows = sample_key_rows(p, 12, 2);
+  for (const Inputs& in : {generate_inputs(p), same_values}) {
+    const HostTensor dout = generate_dout(p);
+    const GradientRows every =
+        kokkos_gradients(p, in, dout, all_rows(p), all_key_rows(p), {}, KokkosSpace::host, /*with_condition=*/true);
+    GradientRows sampled = cpu_f64_gradients(p, in, dout, q_rows, kv_rows);
+    const GradientCondition condition = gradient_condition(p, every);
+    const GradientCrossCheck check = cross_check_gradients(p, every, sampled, condition);
+    EXPECT_TRUE(check.agrees()) << check.worst << " ratio " << check.worst_ratio << " normwise " << check.worst_normwise;
+    EXPECT_GT(check.worst_ratio, 0);  // something was compared
+    sampled.dk[sampled.dk.size() / 2] += 1e-6 * condition.dk_terms_max;
+    const GradientCrossCheck moved = cross_check_gradients(p, every, sampled, condition);
+    EXPECT_FALSE(moved.agrees()) << moved.worst_ratio;
+    EXPECT_STREQ(moved.worst, "dk");
+  }
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "flashcheck/core/gradients.hpp"
 #include "flashcheck/core/values.hpp"
 #include "flashcheck/oracles/cpu_f64_backward.hpp"
+#include "flashcheck/oracles/cpu_lowp.hpp"
 #include "flashcheck/oracles/kokkos/kokkos_backward.hpp"
 #include "properties/unit/gradient_bounds.hpp"
 
@@ -302,6 +303,80 @@ TEST(KokkosGradients, DeviceAgreesWithCpuF64OnTheTriangulationProblems) {
       expect_within("dV", agree(got.dv, want.dv, bound.dv));
     }
   }
+}
+
+// The conditioning of the gradients (GradientRows::dq_terms_max and the rest,
+// the scales of the tolerance's gradient floor) as the Kokkos kernels record
+// it is cpu_f64_gradients' on every row and on sampled rows: the same sums of
+// non-negative terms, P from the Kokkos forward's LSE where cpu_f64 divides by
+// the row's sum (a relative difference of a few f64 roundings per term).
+TEST(KokkosGradients, RecordTheConditioningCpuF64Records) {
+  if (!kokkos_available()) GTEST_SKIP() << "Kokkos not built";
+  const auto expect_same = [](const char* name, double got, double want) {
+    EXPECT_GT(want, 0) << name << ": nothing recorded (a vacuous comparison)";
+    EXPECT_LE(std::fabs(got - want), 1e-10 * want) << name << ": got " << got << ", cpu_f64 " << want;
+  };
+  std::vector<Problem> problems = triangulation_problems();
+  Problem sampled = shaped(2, 4, 2, 150, 170, 16, MaskKind::causal_br, 31);
+  sampled.lens_q = {150, 61};
+  sampled.lens_kv = {170, 90};
+  problems.push_back(sampled);
+  for (const Problem& p : problems) {
+    SCOPED_TRACE(to_line(p));
+    const Inputs in = generate_inputs(p);
+    const HostTensor dout = generate_dout(p);
+    const bool every = p.seqlen_q < 150;
+    const RowSet q_rows = every ? all_rows(p) : sample_rows(p, 20, 5);
+    const RowSet kv_rows = every ? all_key_rows(p) : sample_key_rows(p, 20, 6);
+    const GradientRows want = cpu_f64_gradients(p, in, dout, q_rows, kv_rows);
+    const GradientRows got = kokkos_gradients(p, in, dout, q_rows, kv_rows, {}, KokkosSpace::host, true);
+    expect_same("dq_terms_max", got.dq_terms_max, want.dq_terms_max);
+    expect_same("dq_logit_terms_max", got.dq_logit_terms_max, want.dq_logit_terms_max);
+    expect_same("dk_terms_max", got.dk_terms_max, want.dk_terms_max);
+    expect_same("dk_logit_terms_max", got.dk_logit_terms_max, want.dk_logit_terms_max);
+    expect_same("dv_terms_max", got.dv_terms_max, want.dv_terms_max);
+    expect_same("dv_logit_terms_max", got.dv_logit_terms_max, want.dv_logit_terms_max);
+    expect_same("key_weight_max", got.key_weight_max, want.key_weight_max);
+    // Without the flag nothing is recorded, and the gradients are the same bits.
+    const GradientRows plain = kokkos_gradients(p, in, dout, q_rows, kv_rows);
+    EXPECT_EQ(plain.dq_terms_max, 0.0);
+    EXPECT_EQ(plain.dq, got.dq);
+    EXPECT_EQ(plain.dk, got.dk);
+    EXPECT_EQ(plain.dv, got.dv);
+  }
+}
+
+// The Kokkos gradient baseline takes cpu_lowp_gradients' steps in the same
+// order (f32 sums never fused, a rounding to the working dtype after each
+// step): on the host the two give the same values, in every working dtype,
+// on every row and on sampled rows. On a GPU the same kernels let a backward
+// case's baseline cover every row.
+TEST(KokkosGradientBaseline, IsCpuLowpGradientsOnTheHost) {
+  if (!kokkos_available()) GTEST_SKIP() << "Kokkos not built";
+  std::int64_t compared = 0, nonzero = 0;
+  for (const Problem& base : triangulation_problems())
+    for (const DType working : {DType::bf16, DType::f16, DType::f32}) {
+      Problem p = base;
+      p.dtype = working;
+      SCOPED_TRACE(to_line(p));
+      const Inputs in = generate_inputs(p);
+      const HostTensor dout = generate_dout(p);
+      const bool sample = p.seqlen_q >= 60;
+      const RowSet q_rows = sample ? sample_rows(p, 9, 3) : all_rows(p);
+      const RowSet kv_rows = sample ? sample_key_rows(p, 9, 4) : all_key_rows(p);
+      const GradientRows want = cpu_lowp_gradients(p, in, dout, q_rows, kv_rows, working);
+      const GradientRows got = kokkos_gradient_baseline(p, in, dout, q_rows, kv_rows, working);
+      for (const auto& [a, b] : {std::pair{&got.dq, &want.dq}, {&got.dk, &want.dk}, {&got.dv, &want.dv}}) {
+        ASSERT_EQ(a->size(), b->size());
+        for (std::size_t n = 0; n < a->size(); ++n) {
+          EXPECT_EQ((*a)[n], (*b)[n]) << "element " << n;
+          nonzero += (*b)[n] != 0;
+        }
+        compared += static_cast<std::int64_t>(a->size());
+      }
+    }
+  EXPECT_GT(compared, 10000);
+  EXPECT_GT(nonzero, compared / 2);
 }
 
 }  // namespace

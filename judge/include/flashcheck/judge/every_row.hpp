@@ -1,12 +1,14 @@
 // The every-row reference of a GPU case: kokkos_f64 on the device over every
-// query row, and cpu_f64 on sampled rows cross-checking it. Large problems are
-// otherwise checked on sampled rows only (cpu_f64 runs on the host).
+// query row (and, for pass=bwd, the gradients on every query and key row),
+// and cpu_f64 on sampled rows cross-checking it. Large problems are otherwise
+// checked on sampled rows only (cpu_f64 runs on the host).
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 
+#include "flashcheck/core/gradients.hpp"
 #include "flashcheck/core/problem.hpp"
 #include "flashcheck/core/tensor.hpp"
 #include "flashcheck/judge/judge.hpp"
@@ -60,5 +62,47 @@ bool judge_every_row(CaseResult& result, const Inputs& inputs, const Outputs& su
                      const AttentionRows& sampled_reference, KokkosSpace space = KokkosSpace::device,
                      const std::optional<std::string>& declared_limit = std::nullopt,
                      AttentionRows* every_reference = nullptr);
+
+/// How far two gradient references are apart on the rows of `sampled` (dQ on
+/// its query rows, dK and dV on its key rows, subsets of `every`'s): per
+/// gradient the normwise difference ||a - b|| against what two f64
+/// computations of it may differ by, and the positions where one is
+/// non-finite and the other differs.
+struct GradientCrossCheck {
+  double worst_ratio = 0;     // the largest ||a - b|| / allowed over dQ, dK, dV
+  const char* worst = "dq";   // the gradient of worst_ratio
+  double worst_normwise = 0;  // its ||a - b|| / ||b||
+  std::int64_t nonfinite_mismatches = 0;
+  bool agrees() const { return worst_ratio <= 1 && nonfinite_mismatches == 0; }
+};
+
+/// The allowed difference of a gradient g is 1e-12 (||g|| + sqrt(N) (W_g + X_g)):
+/// the forward's one-in-a-trillion agreement, plus the same share of the
+/// gradient's terms before they cancel (W_g, X_g: GradientCondition's
+/// *_terms_max and *_logit_terms_max, per element, over N compared elements),
+/// for a gradient that is small because dS = P (dP - D) cancels and whose f64
+/// value is rounding noise of its terms.
+GradientCrossCheck cross_check_gradients(const Problem& problem, const GradientRows& every, const GradientRows& sampled,
+                                         const GradientCondition& condition);
+
+/// The backward twin of judge_every_row: judges a pass=bwd case again on every
+/// query row (dQ) and every key row (dK, dV), where the judge checked a
+/// sample. kokkos_gradients (Algorithm 2 in f64, with the conditioning) is the
+/// reference and kokkos_gradient_baseline the same-precision baseline, both in
+/// `space`; cpu_f64's sampled gradients (`sampled_reference`) must agree with
+/// the reference on their rows (cross_check_gradients), or the case fails with
+/// a rule that says the oracles disagree. The conditioning of the floor is
+/// that of every row: the reference's terms, and the handed O's rounding
+/// through D from `exact_forward` (cpu_f64's forward on every row) and
+/// `handed_forward` (what the subject was handed). The verdict's kind follows
+/// judge_every_row's. Returns false, leaving `result` as it was, where the
+/// sample already was every row, the case did not run, or `space` cannot run
+/// here.
+bool judge_every_row_gradients(CaseResult& result, const Inputs& inputs, const HostTensor& dout,
+                               const Gradients& subject_gradients, const GradientRows& sampled_reference,
+                               const AttentionRows& exact_forward, const Outputs& handed_forward,
+                               KokkosSpace space = KokkosSpace::device,
+                               const std::optional<std::string>& declared_limit = std::nullopt,
+                               GradientRows* every_reference = nullptr);
 
 }  // namespace flashcheck

@@ -47,9 +47,11 @@ namespace flashcheck::kokkos_attention {
 #if KOKKOS_VERSION >= 40000
 using Kokkos::exp;
 using Kokkos::log;
+using Kokkos::sqrt;
 #else
 using Kokkos::Experimental::exp;
 using Kokkos::Experimental::log;
+using Kokkos::Experimental::sqrt;
 #endif
 
 /// The mask kinds, as this reference numbers them (device-copyable).

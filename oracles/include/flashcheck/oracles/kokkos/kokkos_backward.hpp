@@ -41,10 +41,25 @@ namespace flashcheck {
 /// scratch fits (kokkos_fitted_gradient_tiling). The forward inside runs with
 /// the forward reference's default tiling. Throws std::runtime_error when
 /// Kokkos (or, for KokkosSpace::device, a device) is not available, or
-/// std::invalid_argument for a tiling outside [1, 1024].
+/// std::invalid_argument for a tiling outside [1, 1024]. With
+/// `with_condition`, the result also holds the conditioning of the gradients
+/// (GradientRows::dq_terms_max and the rest, as cpu_f64_gradients records
+/// them: dQ's over `q_rows`, dK's and dV's over `kv_rows`), by plain f64
+/// kernels of one work item per row and per key.
 GradientRows kokkos_gradients(const Problem& problem, const Inputs& inputs, const HostTensor& dout,
                               const RowSet& q_rows, const RowSet& kv_rows, KokkosTiling tiling = {},
-                              KokkosSpace space = KokkosSpace::host);
+                              KokkosSpace space = KokkosSpace::host, bool with_condition = false);
+
+/// The same-precision gradient baseline of cpu_lowp_gradients (the plain
+/// backward in f32, rounded to `working` after each step) on `q_rows` and
+/// `kv_rows`, in the given space: one work item per query row (its softmax
+/// state, D and dQ), then one per key row (dK and dV over the rows in index
+/// order). On the host it gives cpu_lowp_gradients' values; on a GPU it lets
+/// a backward case be judged on every row. Throws std::runtime_error as
+/// kokkos_gradients does.
+GradientRows kokkos_gradient_baseline(const Problem& problem, const Inputs& inputs, const HostTensor& dout,
+                                      const RowSet& q_rows, const RowSet& kv_rows, DType working,
+                                      KokkosSpace space = KokkosSpace::host);
 
 /// The tiling kokkos_gradients will use for this problem in this space.
 KokkosTiling kokkos_fitted_gradient_tiling(const Problem& problem, KokkosTiling tiling, KokkosSpace space);
