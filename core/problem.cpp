@@ -265,6 +265,14 @@ double attention_bytes(const Problem& p) {
   return 2 * (p.storage_bytes() - lse) + lse;  // Q, K, V, O and their gradients (dO for O), LSE once
 }
 
+double alibi_slope(std::int64_t heads, std::int64_t h) {
+  std::int64_t m = 1;
+  while (m * 2 <= heads) m *= 2;
+  const double exponent = h < m ? -8.0 * static_cast<double>(h + 1) / static_cast<double>(m)
+                                : -4.0 * static_cast<double>(2 * (h - m) + 1) / static_cast<double>(m);
+  return std::exp2(exponent);
+}
+
 double default_softmax_scale(std::int64_t head_dim) {
   return head_dim > 0 ? 1.0 / std::sqrt(static_cast<double>(head_dim)) : 1.0;
 }
@@ -322,7 +330,10 @@ std::string to_line(const Problem& p) {
   line += fmt::format(" d={} dv={} dtype={} layout={} mask={}", p.head_dim, p.head_dim_v, to_string(p.dtype),
                       to_string(p.layout), to_string(p.mask));
   if (p.mask == MaskKind::window) line += fmt::format(" window={},{}", p.window_left, p.window_right);
-  line += fmt::format(" scale={} values={}", p.softmax_scale, to_string(p.values));
+  line += fmt::format(" scale={}", p.softmax_scale);
+  if (p.softcap > 0) line += fmt::format(" softcap={}", p.softcap);
+  if (p.alibi) line += " alibi=yes";
+  line += fmt::format(" values={}", to_string(p.values));
   if (p.pass == Pass::bwd) line += fmt::format(" pass=bwd dout={}", to_string(p.dout));
   line += fmt::format(" gseed={} dseed={}", p.geometry_seed, p.data_seed);
   return line;
@@ -331,8 +342,8 @@ std::string to_line(const Problem& p) {
 Problem parse_problem(std::string_view line) {
   std::map<std::string, std::string_view, std::less<>> fields;
   static const std::set<std::string_view> known = {"b", "hq", "hkv", "sq", "skv", "lens_q", "lens_kv", "d", "dv",
-                                                   "dtype", "layout", "mask", "window", "scale", "values", "pass",
-                                                   "dout", "gseed", "dseed"};
+                                                   "dtype", "layout", "mask", "window", "scale", "softcap", "alibi",
+                                                   "values", "pass", "dout", "gseed", "dseed"};
   std::size_t position = 0;
   while (position < line.size()) {
     while (position < line.size() && std::isspace(static_cast<unsigned char>(line[position]))) ++position;
@@ -395,6 +406,16 @@ Problem parse_problem(std::string_view line) {
     throw BadInput("window", "mask=window needs window=LEFT,RIGHT");
   }
   p.softmax_scale = fields.count("scale") ? parse_real("scale", fields["scale"]) : default_softmax_scale(p.head_dim);
+  if (fields.count("softcap")) {
+    p.softcap = parse_real("softcap", fields["softcap"]);
+    if (!(p.softcap > 0)) throw BadInput("softcap", fmt::format("{} must be positive (leave it out for none)", p.softcap));
+  }
+  if (fields.count("alibi")) {
+    const auto text = fields["alibi"];
+    if (text == "yes") p.alibi = true;
+    else if (text == "no") p.alibi = false;
+    else throw BadInput("alibi", fmt::format("unknown value {} (known: yes, no)", quoted(text)));
+  }
   if (fields.count("values")) p.values = parse_values(fields["values"]);
   if (fields.count("pass")) {
     const auto text = fields["pass"];
@@ -450,6 +471,8 @@ void validate(const Problem& p) {
                                          p.window_right));
   if (!std::isfinite(p.softmax_scale) || p.softmax_scale <= 0)
     throw BadInput("scale", fmt::format("{} must be a positive finite number", p.softmax_scale));
+  if (!std::isfinite(p.softcap) || p.softcap < 0)
+    throw BadInput("softcap", fmt::format("{} must be a positive finite number (0: none)", p.softcap));
   validate_dist("values", p.values);
   if (p.pass == Pass::bwd) validate_dist("dout", p.dout);
   else if (p.dout != Problem{}.dout) throw BadInput("dout", "dO is drawn for pass=bwd only");

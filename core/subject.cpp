@@ -27,6 +27,8 @@ std::optional<std::string> unsupported_reason(const Capabilities& caps, const Pr
   if (!caps.gqa && p.heads_kv != p.heads_q)
     return fmt::format("GQA/MQA (heads_q={}, heads_kv={}) is not supported", p.heads_q, p.heads_kv);
   if (!caps.varlen && p.padded()) return std::string("per-sequence lengths are not supported");
+  if (!caps.softcap && p.softcap > 0) return std::string("a logit softcap (softcap=) is not supported");
+  if (!caps.alibi && p.alibi) return std::string("ALiBi (alibi=yes) is not supported");
   if (caps.aligned_masks_need_sq_le_skv && (p.mask == MaskKind::causal_br || p.mask == MaskKind::window) &&
       p.seqlen_q > p.seqlen_kv)
     return fmt::format("mask {} needs seqlen_q <= seqlen_kv (here {} > {})", to_string(p.mask), p.seqlen_q, p.seqlen_kv);
@@ -132,6 +134,8 @@ std::string describe(const Capabilities& caps) {
   if (caps.may_flush_subnormals) text += " may_flush_subnormals";
   if (!caps.empty_sequences) text += " no_empty_sequences";
   if (caps.split_kv) text += " split_kv";
+  if (caps.softcap) text += " softcap";
+  if (caps.alibi) text += " alibi";
   if (caps.backward) text += caps.backward_deterministic ? " backward(deterministic)" : " backward";
   if (caps.accumulator_max > 0) text += fmt::format(" accumulator_max={:.3g}", caps.accumulator_max);
   if (!caps.known_deviations.empty()) text += fmt::format(" deviations=\"{}\"", caps.known_deviations);

@@ -111,6 +111,11 @@ rc::Gen<Problem> gen_problem(const ProblemLimits& limits) {
         {{3, rc::gen::just(default_softmax_scale(p.head_dim))},
          {1, rc::gen::map(rc::gen::inRange(1, 200), [](int s) { return s / 100.0; })}});
     p.values = *gen_value_dist(limits.allow_special_values);
+    if (limits.score_mods) {  // each in 1 draw of 4, at every size
+      if (*rc::gen::weightedElement<bool>({{1, true}, {3, false}}))
+        p.softcap = *rc::gen::element(0.5, 1.0, 5.0, 30.0, 50.0);
+      p.alibi = *rc::gen::weightedElement<bool>({{1, true}, {3, false}});
+    }
     p.geometry_seed = *rc::gen::arbitrary<std::uint64_t>();
     p.data_seed = *rc::gen::arbitrary<std::uint64_t>();
     return p;
@@ -582,6 +587,10 @@ rc::Gen<Problem> gen_forward_problem_in(const Capabilities& caps, const DomainLi
       p.pass = Pass::bwd;
       p.dout = *gen_dout_values();
     }
+    // The score modifications, where the domain and the property take them:
+    // each in 1 draw of 4; softcaps from 1 (every logit squeezed) to Gemma 2's 50.
+    if (caps.softcap && limits.softcap && one_in(4)) p.softcap = *rc::gen::element(1.0, 5.0, 30.0, 50.0);
+    if (caps.alibi && limits.alibi && one_in(4)) p.alibi = true;
     p.geometry_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
     p.data_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
     return p;
@@ -648,6 +657,10 @@ std::vector<std::string> coverage_labels(const Problem& p, const Capabilities& c
       fmt::format("scale={}", default_scale ? "default" : "other"),
       fmt::format("vacuous={}", visible_rows(p) == 0 ? "yes" : "no"),
       fmt::format("pass={}", to_string(p.pass)),
+      fmt::format("mods={}", p.softcap > 0 && p.alibi ? "softcap+alibi"
+                             : p.softcap > 0          ? "softcap"
+                             : p.alibi                ? "alibi"
+                                                      : "none"),
   };
 }
 
@@ -674,6 +687,8 @@ rc::Gen<Problem> gen_problem_outside(const Capabilities& caps) {
     if (caps.max_head_dim_v < 4096) breaks.push_back([&caps](Problem& q) { q.head_dim_v = caps.max_head_dim_v + 1; });
     if (caps.head_dim_v_equal) breaks.push_back([](Problem& q) { q.head_dim_v = q.head_dim + 1; });
     if (!caps.gqa) breaks.push_back([](Problem& q) { q.heads_kv = 1, q.heads_q = 4; });
+    if (!caps.softcap) breaks.push_back([](Problem& q) { q.softcap = 30; });
+    if (!caps.alibi) breaks.push_back([](Problem& q) { q.alibi = true; });
     if (!caps.varlen)
       breaks.push_back([](Problem& q) {
         q.lens_q.assign(q.batch, q.seqlen_q);

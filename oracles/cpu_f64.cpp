@@ -89,6 +89,7 @@ AttentionRows cpu_f64_reference(const Problem& p, const Inputs& in, const RowSet
                       static_cast<int>(d), p.softmax_scale, queries.data(), static_cast<int>(d),
                       keys.data() + key_lo * d, static_cast<int>(d), 0.0, scores.data(), static_cast<int>(width));
           // Pass 1: row maximum (NaN-propagating). Pass 2: exponentials and their sum.
+          const ScoreModification modify(p, h, lq, lk);
           for (std::int64_t r = 0; r < count; ++r) {
             double* s = scores.data() + r * width;
             const KeyRange range = ranges[r];
@@ -97,6 +98,10 @@ AttentionRows cpu_f64_reference(const Problem& p, const Inputs& in, const RowSet
               std::fill(s, s + width, 0.0);
               row_sum[r] = 0;
               continue;
+            }
+            if (modify.active()) {
+              const std::int64_t i = rows.rows[row_slots[begin + r]];
+              for (std::int64_t j = first; j <= last; ++j) s[j] = modify(s[j], i, key_lo + j);
             }
             double maximum = -std::numeric_limits<double>::infinity();
             for (std::int64_t j = first; j <= last; ++j) {
@@ -143,9 +148,14 @@ AttentionRows cpu_f64_reference(const Problem& p, const Inputs& in, const RowSet
             cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(count), static_cast<int>(width),
                         static_cast<int>(d), p.softmax_scale, abs_queries.data(), static_cast<int>(d),
                         abs_keys.data() + key_lo * d, static_cast<int>(d), 0.0, weights.data(), static_cast<int>(width));
-            for (std::int64_t r = 0; r < count; ++r)
-              for (std::int64_t j = 0; j < width; ++j)
+            // ALiBi's bias is one more term of each logit, rounded once in f32.
+            for (std::int64_t r = 0; r < count; ++r) {
+              const std::int64_t i = rows.rows[row_slots[begin + r]];
+              for (std::int64_t j = 0; j < width; ++j) {
+                weights[r * width + j] += modify.bias_magnitude(i, key_lo + j);
                 weights[r * width + j] *= row_sum[r] > 0 ? scores[r * width + j] / row_sum[r] : 0.0;
+              }
+            }
             cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(count), static_cast<int>(dv),
                         static_cast<int>(width), 1.0, weights.data(), static_cast<int>(width),
                         abs_values.data() + key_lo * dv, static_cast<int>(dv), 0.0, condition_out.data(),

@@ -96,7 +96,7 @@ GradientRows cpu_f64_gradients(const Problem& p, const Inputs& in, const HostTen
       {
         std::vector<double> queries(static_cast<std::size_t>(block * d)), grads(static_cast<std::size_t>(block * dv));
         std::vector<double> probs, dprobs, dq_block(static_cast<std::size_t>(block * d));
-        std::vector<double> sel_probs, sel_ds;
+        std::vector<double> sel_probs, sel_ds, chain;
         std::vector<KeyRange> ranges(static_cast<std::size_t>(block));
         std::vector<double> row_lse(static_cast<std::size_t>(block), 0.0);
 #pragma omp for schedule(dynamic)
@@ -121,6 +121,10 @@ GradientRows cpu_f64_gradients(const Problem& p, const Inputs& in, const HostTen
           // S = scale Q K^T, then P = softmax(S) over each row's visible keys (0 elsewhere).
           gemm(true, count, width, d, p.softmax_scale, queries.data(), d, keys.data() + key_lo * d, d, probs.data(),
                width);
+          // With a softcap or ALiBi: the modified logits, and with a softcap
+          // the chain rule's factor d(modified)/d(scaled logit) per pair.
+          const ScoreModification modify(p, h, lq, lk);
+          if (modify.softcap > 0) chain.assign(static_cast<std::size_t>(count * width), 0.0);
           for (std::int64_t r = 0; r < count; ++r) {
             double* s = probs.data() + r * width;
             if (ranges[r].empty()) {
@@ -128,6 +132,11 @@ GradientRows cpu_f64_gradients(const Problem& p, const Inputs& in, const HostTen
               continue;
             }
             const std::int64_t first = ranges[r].first - key_lo, last = ranges[r].last - key_lo;
+            if (modify.active())
+              for (std::int64_t j = first; j <= last; ++j) {
+                if (modify.softcap > 0) chain[r * width + j] = modify.derivative(s[j]);
+                s[j] = modify(s[j], begin + r, key_lo + j);
+              }
             double maximum = -std::numeric_limits<double>::infinity();
             for (std::int64_t j = first; j <= last; ++j) {
               if (std::isnan(s[j])) {
@@ -176,14 +185,18 @@ GradientRows cpu_f64_gradients(const Problem& p, const Inputs& in, const HostTen
             for (std::int64_t c = 0; c < dv; ++c)
               if (std::isfinite(grads[r * dv + c])) do_max = std::max(do_max, std::abs(grads[r * dv + c]));
             const double c_row = std::sqrt(static_cast<double>(d)) * p.softmax_scale * std::sqrt(q_norm);
+            // ALiBi's bias: one more term of each logit (rounded once in f32).
+            const auto a = [&](std::int64_t j) {
+              return c_row * k_norm[key_lo + j] + modify.bias_magnitude(begin + r, key_lo + j);
+            };
             double a_mean = 0;
-            for (std::int64_t j = first; j <= last; ++j) a_mean += pr[j] * c_row * k_norm[key_lo + j];
+            for (std::int64_t j = first; j <= last; ++j) a_mean += pr[j] * a(j);
             const double lse_abs = std::isfinite(row_lse[r]) ? std::abs(row_lse[r]) : 0.0;
             const auto finite_or_0 = [](double x) { return std::isfinite(x) ? x : 0.0; };
             double w_dq = 0, x_dq = 0;
             for (std::int64_t j = first; j <= last; ++j) {
               const double g = finite_or_0(pr[j] * (std::abs(ds[j]) + std::abs(delta)));
-              const double e = finite_or_0(c_row * k_norm[key_lo + j] + a_mean + lse_abs);
+              const double e = finite_or_0(a(j) + a_mean + lse_abs);
               w_dq += g * k_max[key_lo + j];
               x_dq += g * e * k_max[key_lo + j];
             }
@@ -195,7 +208,7 @@ GradientRows cpu_f64_gradients(const Problem& p, const Inputs& in, const HostTen
               const std::int64_t j = kv_keys[s] - key_lo;
               if (j < first || j > last) continue;
               const double g = finite_or_0(pr[j] * (std::abs(ds[j]) + std::abs(delta)));
-              const double e = finite_or_0(c_row * k_norm[key_lo + j] + a_mean + lse_abs);
+              const double e = finite_or_0(a(j) + a_mean + lse_abs);
               double* key = partial_key.data() + (task * selected + s) * 5;
               key[0] += finite_or_0(pr[j]);
               key[1] += g * q_max;
@@ -204,6 +217,8 @@ GradientRows cpu_f64_gradients(const Problem& p, const Inputs& in, const HostTen
               key[4] += finite_or_0(pr[j]) * e * do_max;
             }
             for (std::int64_t j = first; j <= last; ++j) ds[j] = pr[j] * (ds[j] - delta);
+            if (modify.softcap > 0)
+              for (std::int64_t j = first; j <= last; ++j) ds[j] *= chain[r * width + j];
             std::fill(ds, ds + first, 0.0);
             std::fill(ds + last + 1, ds + width, 0.0);
           }

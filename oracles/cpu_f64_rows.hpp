@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "flashcheck/core/problem.hpp"
@@ -32,6 +33,40 @@ inline KeyRange visible_keys(const Problem& p, std::int64_t i, std::int64_t lq, 
   }
   return range;
 }
+
+// The score modifications of a problem (Problem::softcap, Problem::alibi) on
+// one query head, cpu_f64's own reading of the convention: s <- C tanh(s / C),
+// then s <- s - slope_h |i + (lk - lq) - j|.
+struct ScoreModification {
+  double softcap = 0;  // 0: none
+  double slope = 0;    // 0: no ALiBi
+  std::int64_t shift = 0;  // lk - lq: the bottom-right aligned diagonal
+
+  ScoreModification(const Problem& p, std::int64_t h, std::int64_t lq, std::int64_t lk)
+      : softcap(p.softcap), shift(lk - lq) {
+    if (!p.alibi) return;
+    // The standard slopes (Press et al.): m the largest power of two <= heads.
+    std::int64_t m = 1;
+    while (2 * m <= p.heads_q) m *= 2;
+    const double step = h < m ? static_cast<double>(h + 1) * 8.0 : static_cast<double>(2 * (h - m) + 1) * 4.0;
+    slope = std::pow(2.0, -step / static_cast<double>(m));
+  }
+  bool active() const { return softcap > 0 || slope != 0; }
+  // |ALiBi's bias| of (i, j): 0 without ALiBi.
+  double bias_magnitude(std::int64_t i, std::int64_t j) const {
+    return slope * std::fabs(static_cast<double>(i + shift - j));
+  }
+  double operator()(double s, std::int64_t i, std::int64_t j) const {
+    if (softcap > 0) s = softcap * std::tanh(s / softcap);
+    return s - bias_magnitude(i, j);
+  }
+  // d(modified)/d(scaled logit): 1 - tanh^2(s / C) with a softcap, else 1.
+  double derivative(double s) const {
+    if (!(softcap > 0)) return 1.0;
+    const double t = std::tanh(s / softcap);
+    return 1.0 - t * t;
+  }
+};
 
 // Row blocks keep each thread's score block near this size: 256 rows x 4096
 // keys. Measured on the 2-core EPYC (B=1, H=2..4, N=M=4096, d=128): 2, 4 and

@@ -43,6 +43,43 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void accumulate(flo
   for (std::int64_t n = 0; n < count; ++n) out[n] += x * row[n];
 }
 
+// The score modifications (Problem::softcap, Problem::alibi) as a framework
+// applies them to its working-precision scores: f32 arithmetic, each step
+// rounded to the working dtype; the ALiBi slope in f32 (this baseline's own
+// slope code).
+struct Modification {
+  DType working;
+  float softcap = 0, slope = 0;
+  std::int64_t shift = 0;  // lk - lq
+
+  Modification(const Problem& p, DType working_dtype, std::int64_t h, std::int64_t lq, std::int64_t lk)
+      : working(working_dtype), softcap(static_cast<float>(p.softcap)), shift(lk - lq) {
+    if (!p.alibi) return;
+    std::int64_t m = 1;  // the largest power of two <= heads_q
+    while (m <= p.heads_q / 2) m *= 2;
+    const double exponent = h < m ? -8.0 * static_cast<double>(h + 1) / static_cast<double>(m)
+                                  : -4.0 * static_cast<double>(2 * (h - m) + 1) / static_cast<double>(m);
+    slope = static_cast<float>(std::exp2(exponent));
+  }
+  bool active() const { return softcap > 0 || slope != 0; }
+  // The modified score of (i, j) from the scaled one; `t` receives
+  // tanh(s / C) (rounded) where there is a softcap.
+  float operator()(float s, std::int64_t i, std::int64_t j, float* t = nullptr) const {
+    if (softcap > 0) {
+      const float tanh_value = round_float(working, std::tanh(round_float(working, s / softcap)));
+      if (t) *t = tanh_value;
+      s = round_float(working, softcap * tanh_value);
+    }
+    if (slope != 0) {
+      const auto distance = static_cast<float>(std::abs(i + shift - j));
+      s = round_float(working, s - round_float(working, slope * distance));
+    }
+    return s;
+  }
+  // d(C tanh(s / C))/ds = 1 - tanh^2, rounded.
+  float chain(float t) const { return round_float(working, 1.0f - round_float(working, t * t)); }
+};
+
 constexpr std::int64_t kRowsPerTask = 16;
 // Query rows per block of the backward (the scores of a block stay in memory).
 constexpr std::int64_t kBlockRows = 256;
@@ -95,8 +132,10 @@ AttentionRows cpu_lowp_rows(const Problem& p, const Inputs& in, const RowSet& ro
               accumulate(scores.data(), keys_transposed.data() + c * lk + begin, round_float(working, query[c]), width);
             float maximum = -std::numeric_limits<float>::infinity();
             bool saw_nan = false;
+            const Modification modify(p, working, h, lq, lk);
             for (std::int64_t n = 0; n < width; ++n) {
               scores[n] = round_float(working, scores[n] * scale);
+              if (modify.active()) scores[n] = modify(scores[n], i, begin + n);
               saw_nan = saw_nan || std::isnan(scores[n]);
               maximum = std::max(maximum, scores[n]);
             }
@@ -164,6 +203,7 @@ GradientRows cpu_lowp_gradients(const Problem& p, const Inputs& in, const HostTe
         for (std::int64_t first = 0; first < lq; first += kBlockRows) {
           const std::int64_t count = std::min(kBlockRows, lq - first);
           std::vector<float> probs(static_cast<std::size_t>(count * lk), 0.0f), dscores(probs.size(), 0.0f);
+          std::vector<float> chains(p.softcap > 0 ? probs.size() : 0, 0.0f);
           std::vector<float> queries(static_cast<std::size_t>(count * d)), grads(static_cast<std::size_t>(count * dv));
           std::vector<std::int64_t> begins(static_cast<std::size_t>(count)), ends(static_cast<std::size_t>(count));
 #pragma omp parallel if (count * lk * (d + dv) > kParallelWork)
@@ -190,8 +230,16 @@ GradientRows cpu_lowp_gradients(const Problem& p, const Inputs& in, const HostTe
                 accumulate(pr, keys_transposed.data() + c * lk + begin, query[c], width);
               float maximum = -std::numeric_limits<float>::infinity();
               bool saw_nan = false;
+              const Modification modify(p, working, h, lq, lk);
+              // With a softcap: d(modified)/d(scaled) per key.
+              float* chain = modify.softcap > 0 ? chains.data() + r * lk + begin : nullptr;
               for (std::int64_t n = 0; n < width; ++n) {
                 pr[n] = round_float(working, pr[n] * scale);
+                if (modify.active()) {
+                  float t = 0;
+                  pr[n] = modify(pr[n], i, begin + n, &t);
+                  if (modify.softcap > 0) chain[n] = modify.chain(t);
+                }
                 saw_nan = saw_nan || std::isnan(pr[n]);
                 maximum = std::max(maximum, pr[n]);
               }
@@ -211,8 +259,11 @@ GradientRows cpu_lowp_gradients(const Problem& p, const Inputs& in, const HostTe
                 ds[n] = round_float(working, dot);
                 delta += pr[n] * ds[n];
               }
-              for (std::int64_t n = 0; n < width; ++n)
-                ds[n] = round_float(working, scale * round_float(working, pr[n] * (ds[n] - delta)));
+              for (std::int64_t n = 0; n < width; ++n) {
+                float product = round_float(working, pr[n] * (ds[n] - delta));
+                if (modify.softcap > 0) product = round_float(working, product * chain[n]);
+                ds[n] = round_float(working, scale * product);
+              }
               if (const std::int64_t slot = q_slot[i]; slot >= 0) {
                 std::fill(dq.begin(), dq.end(), 0.0f);
                 for (std::int64_t n = 0; n < width; ++n) accumulate(dq.data(), keys.data() + (begin + n) * d, ds[n], d);

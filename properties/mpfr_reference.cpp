@@ -1,6 +1,7 @@
 #include "properties/mpfr_reference.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <stdexcept>
 #include <vector>
@@ -52,6 +53,34 @@ bool sees_key(const Problem& p, std::int64_t i, std::int64_t j, std::int64_t lq,
   return true;
 }
 
+// The score modifications (Problem::softcap, then Problem::alibi) read from
+// the spec once more, at kMpfrBits: s <- C tanh(s / C), s <- s - slope_h
+// |i + lk - lq - j|. `chain` (where given) receives d(modified)/d(s).
+void modify_logit(const Problem& p, std::int64_t h, std::int64_t i, std::int64_t j, std::int64_t lq, std::int64_t lk,
+                  Big& s, Big* chain) {
+  if (chain) mpfr_set_ui(chain->get(), 1, MPFR_RNDN);
+  if (p.softcap > 0) {
+    Big cap(p.softcap), t;
+    mpfr_div(t.get(), s.get(), cap.get(), MPFR_RNDN);
+    mpfr_tanh(t.get(), t.get(), MPFR_RNDN);
+    mpfr_mul(s.get(), t.get(), cap.get(), MPFR_RNDN);
+    if (chain) {
+      mpfr_sqr(t.get(), t.get(), MPFR_RNDN);
+      mpfr_ui_sub(chain->get(), 1, t.get(), MPFR_RNDN);
+    }
+  }
+  if (p.alibi) {
+    std::int64_t m = 1;  // the largest power of two <= heads_q
+    while (m * 2 <= p.heads_q) m *= 2;
+    const double exponent = h < m ? -8.0 * static_cast<double>(h + 1) / static_cast<double>(m)
+                                  : -4.0 * static_cast<double>(2 * (h - m) + 1) / static_cast<double>(m);
+    Big slope(exponent), bias(static_cast<double>(std::abs(i + lk - lq - j)));
+    mpfr_exp2(slope.get(), slope.get(), MPFR_RNDN);
+    mpfr_mul(bias.get(), bias.get(), slope.get(), MPFR_RNDN);
+    mpfr_sub(s.get(), s.get(), bias.get(), MPFR_RNDN);
+  }
+}
+
 }  // namespace
 
 MpfrAttention mpfr_attention(const Problem& p, const Inputs& in) {
@@ -76,6 +105,7 @@ MpfrAttention mpfr_attention(const Problem& p, const Inputs& in) {
             mpfr_add(logit.get(), logit.get(), product.get(), MPFR_RNDN);
           }
           mpfr_mul(logits[n].get(), logit.get(), scale.get(), MPFR_RNDN);
+          modify_logit(p, h, i, keys[n], lq, lk, logits[n], nullptr);
           mpfr_max(maximum.get(), maximum.get(), logits[n].get(), MPFR_RNDN);
         }
         // Weights exp(s - max), their sum, and the weighted sums of V and |V|.
@@ -130,7 +160,7 @@ GradientRows mpfr_gradients(const Problem& p, const Inputs& in, const HostTensor
           if (keys.empty()) continue;  // fully masked: no gradient, no contribution
           const std::size_t n = keys.size();
           // S = scale Q K^T and its maximum; P = exp(S - max) / sum.
-          std::vector<Big> prob(n), dprob(n), ds(n);
+          std::vector<Big> prob(n), dprob(n), ds(n), chain(n);
           mpfr_set_inf(maximum.get(), -1);
           for (std::size_t t = 0; t < n; ++t) {
             mpfr_set_zero(prob[t].get(), 1);
@@ -140,6 +170,7 @@ GradientRows mpfr_gradients(const Problem& p, const Inputs& in, const HostTensor
               mpfr_add(prob[t].get(), prob[t].get(), product.get(), MPFR_RNDN);
             }
             mpfr_mul(prob[t].get(), prob[t].get(), scale.get(), MPFR_RNDN);
+            modify_logit(p, h, i, keys[t], lq, lk, prob[t], &chain[t]);
             mpfr_max(maximum.get(), maximum.get(), prob[t].get(), MPFR_RNDN);
           }
           mpfr_set_zero(sum.get(), 1);
@@ -172,6 +203,7 @@ GradientRows mpfr_gradients(const Problem& p, const Inputs& in, const HostTensor
             // dS = P (dP - D), then scale dS for dQ and dK.
             mpfr_sub(difference.get(), dprob[t].get(), delta.get(), MPFR_RNDN);
             mpfr_mul(ds[t].get(), prob[t].get(), difference.get(), MPFR_RNDN);
+            mpfr_mul(ds[t].get(), ds[t].get(), chain[t].get(), MPFR_RNDN);
             mpfr_mul(ds[t].get(), ds[t].get(), scale.get(), MPFR_RNDN);
           }
           // dQ_i = sum_j (scale dS_ij) K_j, rounded once.

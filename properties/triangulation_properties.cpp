@@ -44,7 +44,7 @@ std::string decade(double x) {
 // of them shows up as O(1e-3) or worse.
 FLASHCHECK_PROP_IF(kokkos_available(), "Kokkos not built: install libtrilinos-kokkos-dev", Triangulation,
                    CpuF64AgreesWithKokkosToOneInATrillion, ()) {
-  const Problem p = *gen_problem({});
+  const Problem p = *gen_problem({.score_mods = true});
   RC_CLASSIFY(true, to_string(p.mask));
   RC_CLASSIFY(true, to_string(p.values.family));
   const Inputs in = generate_inputs(p);
@@ -71,7 +71,7 @@ FLASHCHECK_PROP_IF(kokkos_available(), "Kokkos not built: install libtrilinos-ko
 // Kokkos or a GPU (docs/kokkos-cuda.md).
 FLASHCHECK_PROP_IF(kokkos_device_available(), "no CUDA Kokkos built in, or no GPU", Triangulation,
                    DeviceKokkosAgreesWithCpuF64ToOneInATrillion, ()) {
-  const Problem p = *gen_problem({});
+  const Problem p = *gen_problem({.score_mods = true});
   RC_CLASSIFY(true, to_string(p.mask));
   const Inputs in = generate_inputs(p);
   const RowSet rows = all_rows(p);
@@ -116,19 +116,28 @@ Bound derived_bound(const Problem& p, const Inputs& in, const MpfrAttention& exa
     for (std::int64_t h = 0; h < p.heads_q; ++h)
       for (std::int64_t i = 0; i < p.len_q(b); ++i) {
         const std::int64_t hk = h / p.group_size(), lk = p.len_kv(b);
-        double max_a = 0, max_s = -INFINITY, min_s = INFINITY;
+        double max_a = 0, max_s = -INFINITY, min_s = INFINITY, max_bias = 0;
         for (std::int64_t j = 0; j < lk; ++j) {
           double a = 0, s = 0;
           for (std::int64_t c = 0; c < p.head_dim; ++c) {
             a += std::fabs(in.q.get(b, h, i, c) * in.k.get(b, hk, j, c));
             s += in.q.get(b, h, i, c) * in.k.get(b, hk, j, c);
           }
+          s *= p.softmax_scale;
+          const double bias = p.alibi ? alibi_slope(p.heads_q, h) * std::fabs(static_cast<double>(i + lk - p.len_q(b) - j)) : 0;
+          if (p.softcap > 0) s = p.softcap * std::tanh(s / p.softcap);
           max_a = std::max(max_a, p.softmax_scale * a);
-          max_s = std::max(max_s, p.softmax_scale * s);
-          min_s = std::min(min_s, p.softmax_scale * s);
+          max_s = std::max(max_s, s - bias);
+          min_s = std::min(min_s, s - bias);
+          max_bias = std::max(max_bias, bias);
         }
         const double n = static_cast<double>(lk);
-        const double per_step = 2 * gamma(p.head_dim + 1.0) * max_a + kUnit * (max_s - min_s) + 2 * kUnit;
+        // A softcap adds s / C, tanh (1 ULP) and C tanh: 4 u |s| at most (the
+        // logit's own error passes with tanh's slope <= 1); ALiBi's bias two
+        // roundings (the slope, its product) and the subtraction one.
+        const double modifications = (p.softcap > 0 ? 4 * kUnit * max_a : 0.0) + 3 * kUnit * max_bias;
+        const double per_step =
+            2 * gamma(p.head_dim + 1.0) * max_a + kUnit * (max_s - min_s) + 2 * kUnit + modifications;
         const double coefficient = (n + 2) * per_step + 2 * gamma(n) + kUnit;
         const auto row = exact.rows.index(b, h, i);
         for (std::int64_t c = 0; c < p.head_dim_v; ++c) {
@@ -136,8 +145,8 @@ Bound derived_bound(const Problem& p, const Inputs& in, const MpfrAttention& exa
           bound.o[at] = coefficient * exact.abs_weighted[at];
         }
         // LSE = m + log(l): the max's own error, log's relative error on l, and two roundings.
-        bound.lse[static_cast<std::size_t>(row)] =
-            gamma(p.head_dim + 1.0) * max_a + coefficient + 2 * kUnit * std::fabs(exact.rows.lse[row]);
+        bound.lse[static_cast<std::size_t>(row)] = gamma(p.head_dim + 1.0) * max_a + modifications + coefficient +
+                                                   2 * kUnit * std::fabs(exact.rows.lse[row]);
       }
   return bound;
 }
@@ -176,6 +185,7 @@ FLASHCHECK_PROP_IF(mpfr_available(), "MPFR not built: install libmpfr-dev", Tria
   limits.max_seqlen = 24;
   limits.max_head_dim = 32;
   limits.allow_special_values = false;
+  limits.score_mods = true;
   Problem p = *gen_problem(limits);
   RC_CLASSIFY(true, to_string(p.mask));
   const Inputs in = generate_inputs(p);

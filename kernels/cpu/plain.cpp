@@ -39,6 +39,41 @@ double toward_zero_bf16(float x) {
   return half_bits_to_double(DType::bf16, static_cast<std::uint16_t>(bits - 1));  // sign-magnitude: one step down
 }
 
+// The score modifications (Problem::softcap, then Problem::alibi) in f32, this
+// kernel's own code: s <- C tanh(s / C), s <- s - slope_h |i + lk - lq - j|.
+struct ScoreMod {
+  float softcap = 0, slope = 0, scale = 1;
+  std::int64_t diagonal_shift = 0;
+  PlainFlaw flaw = PlainFlaw::none;
+  ScoreMod(const Problem& p, std::int64_t h, std::int64_t lq, std::int64_t lk, PlainFlaw flaw_in)
+      : softcap(static_cast<float>(p.softcap)),
+        scale(static_cast<float>(p.softmax_scale)),
+        diagonal_shift(flaw_in == PlainFlaw::alibi_top_left ? 0 : lk - lq),
+        flaw(flaw_in) {
+    if (!p.alibi) return;
+    const auto heads = static_cast<std::uint64_t>(p.heads_q);
+    const auto m = static_cast<std::int64_t>(std::bit_floor(heads));  // the largest power of two <= heads
+    slope = h < m ? std::exp2(-8.0f * static_cast<float>(h + 1) / static_cast<float>(m))
+                  : std::exp2(-4.0f * static_cast<float>(2 * (h - m) + 1) / static_cast<float>(m));
+  }
+  /// The modified logit; `chain` receives d(modified)/d(s) (1 without a softcap).
+  float operator()(float s, std::int64_t i, std::int64_t j, float* chain = nullptr) const {
+    float derivative = 1.0f;
+    if (softcap > 0 && flaw == PlainFlaw::softcap_before_scale) {  // the flaw: s / scale is q.k
+      const float t = std::tanh(s / scale / softcap);
+      s = softcap * t * scale;
+      derivative = 1.0f - t * t;
+    } else if (softcap > 0) {
+      const float t = std::tanh(s / softcap);
+      s = softcap * t;
+      derivative = 1.0f - t * t;
+    }
+    if (chain) *chain = derivative;
+    if (slope != 0) s -= slope * static_cast<float>(std::abs(i + diagonal_shift - j));
+    return s;
+  }
+};
+
 }  // namespace
 
 RunResult CpuPlain::run(const Problem& p, const Inputs& in) {
@@ -57,6 +92,7 @@ RunResult CpuPlain::run(const Problem& p, const Inputs& in) {
     for (std::int64_t h = 0; h < p.heads_q; ++h)
       for (std::int64_t i = 0; i < p.len_q(b); ++i) {
         const std::int64_t hk = h / p.group_size(), lq = p.len_q(b), lk = p.len_kv(b);
+        const ScoreMod modify(p, h, lq, lk, flaw_);
         float maximum = minus_infinity;
         bool any_key = false;
         for (std::int64_t j = 0; j < lk; ++j) {
@@ -64,7 +100,7 @@ RunResult CpuPlain::run(const Problem& p, const Inputs& in) {
           float dot = 0;
           for (std::int64_t c = 0; c < p.head_dim; ++c)
             dot += static_cast<float>(in.q.get(b, h, i, c)) * static_cast<float>(in.k.get(b, hk, j, c));
-          logits[j] = dot * logit_scale;
+          logits[j] = modify(dot * logit_scale, i, j);
           // NaN-propagating maximum, as the plain formula.
           maximum = std::isnan(logits[j]) || std::isnan(maximum) ? std::numeric_limits<float>::quiet_NaN()
                                                                   : std::max(maximum, logits[j]);
@@ -103,13 +139,14 @@ BackwardResult CpuPlain::run_backward(const Problem& p, const BackwardInputs& in
   const std::int64_t d = p.head_dim, dv = p.head_dim_v, group = p.group_size();
   const float scale = static_cast<float>(p.softmax_scale);
   const float ds_scale = flaw_ == PlainFlaw::bwd_scale_missing_in_ds ? 1.0f : scale;
-  std::vector<float> logits(static_cast<std::size_t>(p.seqlen_kv)), dq(static_cast<std::size_t>(d));
+  std::vector<float> logits(static_cast<std::size_t>(p.seqlen_kv)), chains(logits.size()), dq(static_cast<std::size_t>(d));
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const std::int64_t lq = p.len_q(b), lk = p.len_kv(b);
     for (std::int64_t hk = 0; hk < p.heads_kv; ++hk) {
       std::vector<float> dk(static_cast<std::size_t>(lk * d), 0.0f), dvs(static_cast<std::size_t>(lk * dv), 0.0f);
       for (std::int64_t h = hk * group; h < (hk + 1) * group; ++h) {
         const bool reduce = flaw_ != PlainFlaw::bwd_gqa_not_reduced || h == hk * group;
+        const ScoreMod modify(p, h, lq, lk, flaw_);
         for (std::int64_t i = 0; i < lq; ++i) {
           std::fill(dq.begin(), dq.end(), 0.0f);
           float maximum = -std::numeric_limits<float>::infinity();
@@ -120,7 +157,7 @@ BackwardResult CpuPlain::run_backward(const Problem& p, const BackwardInputs& in
             float dot = 0;
             for (std::int64_t c = 0; c < d; ++c)
               dot += static_cast<float>(in.inputs.q.get(b, h, i, c)) * static_cast<float>(in.inputs.k.get(b, hk, j, c));
-            logits[j] = dot * scale;
+            logits[j] = modify(dot * scale, i, j, &chains[j]);
             if (!visible) continue;
             saw_nan = saw_nan || std::isnan(logits[j]);
             maximum = std::max(maximum, logits[j]);
@@ -144,7 +181,7 @@ BackwardResult CpuPlain::run_backward(const Problem& p, const BackwardInputs& in
               float dprob = 0;
               for (std::int64_t c = 0; c < dv; ++c)
                 dprob += static_cast<float>(in.dout.get(b, h, i, c)) * static_cast<float>(in.inputs.v.get(b, hk, j, c));
-              const float dscore = prob * (dprob - delta) * ds_scale;
+              const float dscore = prob * (dprob - delta) * chains[j] * ds_scale;
               if (reduce)
                 for (std::int64_t c = 0; c < d; ++c)
                   dk[j * d + c] += dscore * static_cast<float>(in.inputs.q.get(b, h, i, c));

@@ -36,6 +36,12 @@ constexpr PlainMutant kPlainMutants[] = {
      "cpu-plain's backward accumulating D_i = rowsum(dO o O) in the storage dtype instead of f32"},
     {PlainFlaw::bwd_d256_only_wrong, "mutant-cpu-bwd-d256-only-wrong",
      "cpu-plain's backward leaving the last column of dQ at 0 when d = 256"},
+    // Score-modification flaws (issue 25): only problems with softcap= or
+    // alibi=yes can catch them.
+    {PlainFlaw::softcap_before_scale, "mutant-cpu-softcap-before-scale",
+     "cpu-plain capping the unscaled logit, C tanh(q.k / C), and scaling it afterwards"},
+    {PlainFlaw::alibi_top_left, "mutant-cpu-alibi-top-left",
+     "cpu-plain with ALiBi's bias top-left aligned, -slope |i - j|, where the convention is bottom-right"},
 };
 
 struct Registrations {

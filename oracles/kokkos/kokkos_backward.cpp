@@ -195,6 +195,7 @@ GradientRows algorithm2(const Problem& p, const Inputs& in, const HostTensor& do
   operands.len_kv = ka::device_array<const std::int64_t>(geometry.len_kv);
   operands.g = tiles_for<Space>(p, tiling).in.g;
   operands.mask = mask_spec(p);
+  operands.modify = score_mod(p);
   operands.scale = p.softmax_scale;
 
   // 3. dK and dV: a team per block of key rows.
@@ -249,6 +250,7 @@ GradientRows rounded_backward(const Problem& p, const Inputs& in, const HostTens
   ka::RoundedOperands r;
   r.g = tiles_for<Space>(p, KokkosTiling{}).in.g;
   r.mask = mask_spec(p);
+  r.modify = score_mod(p);
   r.working = storage_code(working);
   r.scale = static_cast<float>(p.softmax_scale);
   r.minus_infinity = -std::numeric_limits<float>::infinity();

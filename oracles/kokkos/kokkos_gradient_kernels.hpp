@@ -51,6 +51,7 @@ struct GradientOperands {
   DeviceArray<const std::int64_t, 1> len_q, len_kv;  // per batch
   GradientGeometry g;
   MaskSpec mask;
+  ScoreModSpec modify;
   double scale = 1;
 };
 
@@ -195,8 +196,11 @@ struct GradientTiles {
     });
   }
 
-  /// Phase B: P = exp(scale S - LSE) and dS = P (dP - D) on visible pairs, 0 elsewhere.
-  KOKKOS_INLINE_FUNCTION void probabilities(const Team& team, const Tile& t) const {
+  /// Phase B: P = exp(m(scale S) - LSE) and dS = P (dP - D) m'(scale S) on
+  /// visible pairs (m: the score modifications of query head h, identity
+  /// without), 0 elsewhere.
+  KOKKOS_INLINE_FUNCTION void probabilities(const Team& team, const Tile& t, std::int64_t h, std::int64_t lq,
+                                            std::int64_t lk) const {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows_padded * keys_padded), [&](const std::int64_t item) {
       const std::int64_t r = item / keys_padded, e = item % keys_padded;
       const std::int64_t at = r * s_stride + e;
@@ -205,9 +209,12 @@ struct GradientTiles {
         t.ds(at) = 0;
         return;
       }
-      const double probability = exp(in.scale * t.p(at) - t.row_lse(r));
+      const double scaled = in.scale * t.p(at);
+      const double logit =
+          in.modify.active() ? in.modify(scaled, h, t.row_position(r), t.key_position(e), lq, lk) : scaled;
+      const double probability = exp(logit - t.row_lse(r));
       t.p(at) = probability;
-      t.ds(at) = probability * (t.ds(at) - t.row_delta(r));
+      t.ds(at) = probability * (t.ds(at) - t.row_delta(r)) * in.modify.derivative(scaled);
     });
   }
 };
@@ -283,7 +290,7 @@ struct KeyBlockGradients : GradientTiles<Space> {
         if (!any) continue;
         this->logits_and_dp(team, t, b, h, hk);
         team.team_barrier();
-        this->probabilities(team, t);
+        this->probabilities(team, t, h, lq, lk);
         team.team_barrier();
         accumulate(team, t, b, h, hk, tile_start < lq - tile_rows ? tile_rows : lq - tile_start);
       }
@@ -411,7 +418,7 @@ struct QueryBlockGradient : GradientTiles<Space> {
       team.team_barrier();
       this->logits_and_dp(team, t, b, h, hk);
       team.team_barrier();
-      this->probabilities(team, t);
+      this->probabilities(team, t, h, lq, lk);
       team.team_barrier();
       accumulate(team, t, b, h, hk, first, count, tile_end - tile_start);
       team.team_barrier();  // phase C is done with the scratch before the next tile's keys

@@ -63,14 +63,21 @@ struct ConditioningOperands {
   KOKKOS_INLINE_FUNCTION std::int64_t key_index(std::int64_t b, std::int64_t hk, std::int64_t j) const {
     return (b * in.g.heads_kv + hk) * in.g.seqlen_kv + j;
   }
-  /// P_ij from the row's LSE, and dP_ij = dO_i . V_j.
+  /// P_ij from the row's LSE (the logit modified where the problem says), and dP_ij = dO_i . V_j.
   KOKKOS_INLINE_FUNCTION void pair(std::int64_t b, std::int64_t h, std::int64_t hk, std::int64_t i, std::int64_t j,
                                    double& probability, double& dprobability) const {
     double dot = 0, dp = 0;
     for (std::int64_t c = 0; c < in.g.head_dim; ++c) dot += in.q(b, h, i, c) * in.k(b, hk, j, c);
     for (std::int64_t c = 0; c < in.g.head_dim_v; ++c) dp += in.dout(b, h, i, c) * in.v(b, hk, j, c);
-    probability = exp(in.scale * dot - in.lse(b, h, i));
+    double logit = in.scale * dot;
+    if (in.modify.active()) logit = in.modify(logit, h, i, j, in.len_q(b), in.len_kv(b));
+    probability = exp(logit - in.lse(b, h, i));
     dprobability = dp;
+  }
+  /// a_ij = row_c |k_j| + |ALiBi's bias| (one more term of the logit, rounded once).
+  KOKKOS_INLINE_FUNCTION double logit_terms(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j,
+                                            double row_c, double k_norm_j) const {
+    return row_c * k_norm_j + in.modify.bias_magnitude(h, i, j, in.len_q(b), in.len_kv(b));
   }
 };
 
@@ -108,7 +115,7 @@ struct RowConditioning {
     double a_mean = 0, probability, dprobability;
     for (std::int64_t j = begin; j < end; ++j) {
       c.pair(b, h, hk, i, j, probability, dprobability);
-      a_mean += probability * row_c * c.k_norm(c.key_index(b, hk, j));
+      a_mean += probability * c.logit_terms(b, h, i, j, row_c, c.k_norm(c.key_index(b, hk, j)));
     }
     const double lse = in.lse(b, h, i), delta = magnitude(in.delta(b, h, i));
     const double shift = a_mean + (finite(lse) ? magnitude(lse) : 0.0);
@@ -117,7 +124,7 @@ struct RowConditioning {
       c.pair(b, h, hk, i, j, probability, dprobability);
       const std::int64_t key = c.key_index(b, hk, j);
       const double g = finite_or_0(probability * (magnitude(dprobability) + delta));
-      const double e = finite_or_0(row_c * c.k_norm(key) + shift);
+      const double e = finite_or_0(c.logit_terms(b, h, i, j, row_c, c.k_norm(key)) + shift);
       w += g * c.k_max(key);
       x += g * e * c.k_max(key);
     }
@@ -159,7 +166,7 @@ struct KeyConditioning {
           const std::int64_t row = c.row_index(b, h, i);
           const double weight = finite_or_0(probability);
           const double terms = finite_or_0(probability * (magnitude(dprobability) + magnitude(in.delta(b, h, i))));
-          const double e = finite_or_0(c.row_c(row) * c.k_norm(key) + c.row_shift(row));
+          const double e = finite_or_0(c.logit_terms(b, h, i, j, c.row_c(row), c.k_norm(key)) + c.row_shift(row));
           total[0] += weight;
           total[1] += terms * c.row_q_max(row);
           total[2] += terms * e * c.row_q_max(row);
@@ -187,18 +194,22 @@ struct RoundedOperands {
   DeviceArray<float, 1> row_max, row_sum, row_delta;
   GradientGeometry g;
   MaskSpec mask;
+  ScoreModSpec modify;
   StorageCode working = StorageCode::f32;
   float scale = 1, minus_infinity = 0, not_a_number = 0;
 
   KOKKOS_INLINE_FUNCTION std::int64_t row_index(std::int64_t b, std::int64_t h, std::int64_t i) const {
     return (b * g.heads + h) * g.seqlen_q + i;
   }
-  /// round(scale round-free dot(q_i, k_j)): the logit as the forward baseline forms it.
-  KOKKOS_INLINE_FUNCTION float logit(std::int64_t b, std::int64_t h, std::int64_t hk, std::int64_t i,
-                                     std::int64_t j) const {
+  /// round(scale round-free dot(q_i, k_j)), then the score modifications as
+  /// the baseline applies them (`t`: tanh(s / C) with a softcap): the logit as
+  /// the forward baseline forms it.
+  KOKKOS_INLINE_FUNCTION float logit(std::int64_t b, std::int64_t h, std::int64_t hk, std::int64_t i, std::int64_t j,
+                                     float* t = nullptr) const {
     float dot = 0;
     for (std::int64_t c = 0; c < g.head_dim; ++c) dot = add_rounded(dot, multiply_rounded(q(b, h, i, c), k(b, hk, j, c)));
-    return round_working(working, multiply_rounded(dot, scale));
+    const float scaled = round_working(working, multiply_rounded(dot, scale));
+    return modify.active() ? modified_rounded(modify, working, scaled, h, i, j, len_q(b), len_kv(b), t) : scaled;
   }
   /// round(dO_i . V_j).
   KOKKOS_INLINE_FUNCTION float dprobability(std::int64_t b, std::int64_t h, std::int64_t hk, std::int64_t i,
@@ -212,11 +223,15 @@ struct RoundedOperands {
   KOKKOS_INLINE_FUNCTION float probability(std::int64_t row, float s) const {
     return round_working(working, divide_rounded(exp(add_rounded(s, -row_max(row))), row_sum(row)));
   }
-  /// dS'_ij = round(scale round(P (dP - D))).
-  KOKKOS_INLINE_FUNCTION float dscore(std::int64_t row, float probability, float dp) const {
-    return round_working(working,
-                         multiply_rounded(scale, round_working(working, multiply_rounded(probability,
-                                                                                         add_rounded(dp, -row_delta(row))))));
+  /// dS'_ij = round(scale round(P (dP - D))), with a softcap
+  /// round(scale round(round(P (dP - D)) round(1 - round(t^2)))).
+  KOKKOS_INLINE_FUNCTION float dscore(std::int64_t row, float probability, float dp, float t) const {
+    float product = round_working(working, multiply_rounded(probability, add_rounded(dp, -row_delta(row))));
+    if (modify.softcap > 0) {
+      const float chain = round_working(working, add_rounded(1.0f, -round_working(working, multiply_rounded(t, t))));
+      product = round_working(working, multiply_rounded(product, chain));
+    }
+    return round_working(working, multiply_rounded(scale, product));
   }
 };
 
@@ -260,7 +275,9 @@ struct RoundedRowGradients {
     r.row_delta(index) = delta;
     if (slot < 0) return;
     for (std::int64_t j = begin; j < end; ++j) {
-      const float ds = r.dscore(index, r.probability(index, r.logit(b, h, hk, i, j)), r.dprobability(b, h, hk, i, j));
+      float t = 0;
+      const float logit = r.logit(b, h, hk, i, j, &t);
+      const float ds = r.dscore(index, r.probability(index, logit), r.dprobability(b, h, hk, i, j), t);
       for (std::int64_t c = 0; c < r.g.head_dim; ++c)
         dq(b, h, slot, c) = add_rounded(dq(b, h, slot, c), multiply_rounded(ds, r.k(b, hk, j, c)));
     }
@@ -294,8 +311,9 @@ struct RoundedKeyGradients {
         r.mask.visible_keys(i, lq, lk, begin, end);
         if (j < begin || j >= end) continue;  // masked: absent
         const std::int64_t row = r.row_index(b, h, i);
-        const float probability = r.probability(row, r.logit(b, h, hk, i, j));
-        const float ds = r.dscore(row, probability, r.dprobability(b, h, hk, i, j));
+        float t = 0;
+        const float probability = r.probability(row, r.logit(b, h, hk, i, j, &t));
+        const float ds = r.dscore(row, probability, r.dprobability(b, h, hk, i, j), t);
         for (std::int64_t c = 0; c < r.g.head_dim_v; ++c)
           head_dv(b, hk, s, c) = add_rounded(head_dv(b, hk, s, c), multiply_rounded(probability, r.dout(b, h, i, c)));
         for (std::int64_t c = 0; c < r.g.head_dim; ++c)

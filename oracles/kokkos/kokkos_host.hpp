@@ -79,6 +79,14 @@ inline ka::MaskSpec mask_spec(const Problem& p) {
   return mask;
 }
 
+inline ka::ScoreModSpec score_mod(const Problem& p) {
+  ka::ScoreModSpec modify;
+  modify.softcap = p.softcap;
+  modify.alibi = p.alibi;
+  modify.heads = p.heads_q;
+  return modify;
+}
+
 inline ka::StorageCode storage_code(DType dtype) {
   switch (dtype) {
     case DType::f32: return ka::StorageCode::f32;
@@ -200,6 +208,7 @@ ka::TiledOnlineSoftmax<Space, Acc> make_kernel(const Problem& p, std::int64_t ro
   ka::TiledOnlineSoftmax<Space, Acc> kernel;
   kernel.g = {p.batch, p.heads_q, p.heads_kv, p.group_size(), rows, p.head_dim, p.head_dim_v, p.seqlen_kv};
   kernel.mask = mask_spec(p);
+  kernel.modify = score_mod(p);
   kernel.scale = static_cast<Acc>(p.softmax_scale);
   kernel.minus_infinity = -std::numeric_limits<Acc>::infinity();
   kernel.not_a_number = std::numeric_limits<Acc>::quiet_NaN();

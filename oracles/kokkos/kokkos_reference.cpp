@@ -115,6 +115,7 @@ AttentionRows plain_rounded(const Problem& p, const Inputs& in, const RowSet& ro
   ka::PlainRoundedAttention<Space> kernel;
   kernel.g = {p.batch, p.heads_q, p.heads_kv, p.group_size(), nrows, p.head_dim, p.head_dim_v, p.seqlen_kv};
   kernel.mask = mask_spec(p);
+  kernel.modify = score_mod(p);
   kernel.working = storage_code(working);
   kernel.scale = static_cast<float>(p.softmax_scale);
   kernel.minus_infinity = -std::numeric_limits<float>::infinity();

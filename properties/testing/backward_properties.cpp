@@ -45,8 +45,10 @@ Forward forward_of(const Problem& p, const Inputs& inputs) {
 // no NaN/Inf inputs, and no near_overflow values, whose gradients (sums of
 // up to every query row's terms of |V| near the dtype's maximum) overflow
 // f16 by design, where the identity has no finite value to check.
-rc::Gen<Problem> finite_gradient_problems(const BackwardTestbed& bed) {
-  return rc::gen::suchThat(bed.problems({.allow_special_values = false}),
+// `softcap` and `alibi`: the score modifications the identity holds under
+// (DomainLimits::softcap, ::alibi).
+rc::Gen<Problem> finite_gradient_problems(const BackwardTestbed& bed, bool softcap, bool alibi) {
+  return rc::gen::suchThat(bed.problems({.allow_special_values = false, .softcap = softcap, .alibi = alibi}),
                            [](const Problem& q) { return q.values.family != ValueFamily::near_overflow; });
 }
 
@@ -63,7 +65,7 @@ std::string p_error_class(double p_error) {
 // are not all zero, neither are the subject's.
 void backward_agrees_with_oracle(Subject& subject) {
   BackwardTestbed bed(subject);
-  const Problem p = bed.draw(bed.problems());
+  const Problem p = bed.draw(bed.problems({.softcap = true, .alibi = true}));
   RC_TAG("values=" + std::string(to_string(p.values.family)));
   RC_TAG("dout=" + std::string(to_string(p.dout.family)));
   bed.initialize(p);
@@ -96,7 +98,7 @@ void backward_agrees_with_oracle(Subject& subject) {
 // own arithmetic.
 void backward_key_sum(Subject& subject) {
   BackwardTestbed bed(subject);
-  const Problem p = bed.draw(finite_gradient_problems(bed));
+  const Problem p = bed.draw(finite_gradient_problems(bed, /*softcap=*/false, /*alibi=*/true));
   const Inputs in = generate_inputs(p);
   const HostTensor dout = generate_dout(p);
   const Forward f = forward_of(p, in);
@@ -115,7 +117,7 @@ void backward_key_sum(Subject& subject) {
 // per (batch, K/V head) over the group's query heads; bound at gradient_sums.
 void backward_value_sum(Subject& subject) {
   BackwardTestbed bed(subject);
-  const Problem p = bed.draw(finite_gradient_problems(bed));
+  const Problem p = bed.draw(finite_gradient_problems(bed, true, true));
   const Inputs in = generate_inputs(p);
   const HostTensor dout = generate_dout(p);
   const Forward f = forward_of(p, in);
@@ -155,7 +157,7 @@ void backward_value_sum(Subject& subject) {
 // the dtype's range are not compared (counted in the tag).
 void backward_linear_in_dout(Subject& subject) {
   BackwardTestbed bed(subject);
-  const Problem p = bed.draw(finite_gradient_problems(bed));
+  const Problem p = bed.draw(finite_gradient_problems(bed, true, true));
   const Inputs in = generate_inputs(p);
   const HostTensor dout = generate_dout(p);
   const Forward f = forward_of(p, in);
@@ -268,7 +270,7 @@ GradientRows plus(GradientRows x, const GradientRows& y) {
 void backward_gqa_equals_summed_mha(Subject& subject) {
   BackwardTestbed bed(subject);
   // The filter outlives this body while RapidCheck shrinks: it holds the domain, not the bed.
-  const Problem gqa = bed.draw(grouped(finite_gradient_problems(bed), kBackwardMaxWork),
+  const Problem gqa = bed.draw(grouped(finite_gradient_problems(bed, true, true), kBackwardMaxWork),
                                [caps = bed.capabilities()](const Problem& q) {
                                  return q.heads_kv < q.heads_q && !unsupported_reason(caps, repeated_mha(q));
                                });
@@ -287,7 +289,7 @@ void backward_gqa_equals_summed_mha(Subject& subject) {
 // dQ unchanged (a sum over the keys, in another order). Unmasked problems.
 void backward_key_value_permutation(Subject& subject) {
   BackwardTestbed bed(subject);
-  const Problem p = bed.draw(rc::gen::map(finite_gradient_problems(bed), unmasked));
+  const Problem p = bed.draw(rc::gen::map(finite_gradient_problems(bed, /*softcap=*/true, /*alibi=*/false), unmasked));
   const Inputs in = generate_inputs(p);
   const HostTensor dout = generate_dout(p);
   const RowOrder order = draw_row_order(lengths_kv(p), p.heads_kv);
@@ -301,7 +303,7 @@ void backward_key_value_permutation(Subject& subject) {
 // lengths) has the gradients of that sequence in the batch.
 void backward_padded_equals_trimmed(Subject& subject) {
   BackwardTestbed bed(subject);
-  const Problem p = bed.draw(padded(finite_gradient_problems(bed)), [caps = bed.capabilities()](const Problem& q) {
+  const Problem p = bed.draw(padded(finite_gradient_problems(bed, true, true)), [caps = bed.capabilities()](const Problem& q) {
     for (std::int64_t b = 0; b < q.batch; ++b)
       if (const Problem t = trimmed(q, b); !unsupported_reason(caps, t) && visible_rows(t) > 0) return true;
     return false;
@@ -330,7 +332,7 @@ void backward_padded_equals_trimmed(Subject& subject) {
 // change by a single bit.
 void backward_causal_prefix(Subject& subject) {
   BackwardTestbed bed(subject);
-  const Problem p = bed.draw(bed.problems({.allow_special_values = false}), [](const Problem& q) {
+  const Problem p = bed.draw(bed.problems({.allow_special_values = false, .softcap = true, .alibi = true}), [](const Problem& q) {
     return q.mask != MaskKind::none && earliest_unseen_key(q) < q.seqlen_kv;
   });
   const Inputs in = generate_inputs(p);
@@ -360,7 +362,7 @@ void backward_causal_prefix(Subject& subject) {
 // not change by a single bit (nor do the O and LSE they are handed).
 void backward_batch_and_head_independence(Subject& subject) {
   BackwardTestbed bed(subject);
-  const Problem p = bed.draw(bed.problems({.allow_special_values = false}),
+  const Problem p = bed.draw(bed.problems({.allow_special_values = false, .softcap = true}),
                              [](const Problem& q) { return q.batch * q.heads_kv >= 2; });
   const Inputs in = generate_inputs(p);
   const HostTensor dout = generate_dout(p);
@@ -391,7 +393,7 @@ constexpr int kReruns = 4;
 
 void backward_deterministic(Subject& subject) {
   BackwardTestbed bed(subject);
-  const Problem p = bed.draw(bed.problems());
+  const Problem p = bed.draw(bed.problems({.softcap = true, .alibi = true}));
   if (bed.capabilities().backward_deterministic) {
     const Inputs in = generate_inputs(p);
     const BackwardInputs handed{in, bed.handed(p, in), generate_dout(p)};

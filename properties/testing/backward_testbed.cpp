@@ -341,7 +341,12 @@ double gamma(double n, double u) { return n * u / (1 - n * u); }
 
 // One (batch, query head, query row): what the pair loops need.
 struct RowTerms {
-  std::vector<double> s, a;  // per visible key (offset from keys.first): logit, its absolute condition
+  // Per visible key (offset from keys.first): the logit (softcap and ALiBi
+  // applied), its absolute condition (a softcap's three roundings of |s| and
+  // ALiBi's three of |bias| added, divided by d + 2 so that gamma_{d+2} a
+  // counts each once more), and the softcap's chain factor 1 - tanh^2 (1
+  // without).
+  std::vector<double> s, a, chain;
   double lse = 0, lse_handed = 0, d_handed = 0, d_exact = 0, d_abs = 0;
   // The scale of the f64 oracle's own error in D_i: sum_c |dO_c| sum_j P_j |V_jc|,
   // the magnitude of the terms its O sums (not |O|: where the terms cancel, O
@@ -379,6 +384,7 @@ void for_each_row(const Problem& p, const Inputs& in, const HostTensor& dout, co
         t.d_oracle = 0;
         t.s.assign(static_cast<std::size_t>(keys.count()), 0.0);
         t.a.assign(static_cast<std::size_t>(keys.count()), 0.0);
+        t.chain.assign(static_cast<std::size_t>(keys.count()), 1.0);
         for (std::int64_t j = keys.first; j <= keys.last; ++j) {
           in.k.read_row(b, hk, j, k.data());
           double dot = 0, abs_dot = 0;
@@ -386,8 +392,20 @@ void for_each_row(const Problem& p, const Inputs& in, const HostTensor& dout, co
             dot += q[c] * k[c];
             abs_dot += std::fabs(q[c] * k[c]);
           }
-          t.s[j - keys.first] = scale * dot;
-          t.a[j - keys.first] = scale * abs_dot;
+          double logit = scale * dot, extra = 0;
+          if (p.softcap > 0) {
+            const double capped = std::tanh(logit / p.softcap);
+            extra += 4 * std::fabs(logit);
+            logit = p.softcap * capped;
+            t.chain[j - keys.first] = 1 - capped * capped;
+          }
+          if (p.alibi) {
+            const double bias = alibi_slope(p.heads_q, h) * std::fabs(static_cast<double>(i + p.len_kv(b) - p.len_q(b) - j));
+            logit -= bias;
+            extra += 3 * bias;
+          }
+          t.s[j - keys.first] = logit;
+          t.a[j - keys.first] = scale * abs_dot + extra / static_cast<double>(d + 2);
           const double prob = std::exp(t.s[j - keys.first] - t.lse);
           in.v.read_row(b, hk, j, v.data());
           for (std::int64_t c = 0; c < dv; ++c) t.d_oracle += prob * std::fabs(dout.get(b, h, i, c) * v[c]);
@@ -527,9 +545,13 @@ GradientRows gradient_error_bounds(const Problem& p, const Inputs& in, const Hos
       }
       const double x = std::fabs(dp - t.d_handed);
       const double err = gamma(dv, u) * dp_abs + uw * std::fabs(dp) + e_d;
-      // dS's error against the exact dS (with the exact D), and its size.
-      const double ds_error = prob * ((pi + delta + pi * delta) * x + (1 + pi) * (1 + delta) * (err + d_drift));
+      // dS's error against the exact dS (with the exact D), and its size. A
+      // softcap's chain factor g <= 1 scales both; its own error is three
+      // roundings and the logit's error through tanh (|d g / d s| <= 1 / C).
+      double ds_error = prob * ((pi + delta + pi * delta) * x + (1 + pi) * (1 + delta) * (err + d_drift));
       const double ds_size = prob * (1 + pi) * (1 + delta) * (x + err);
+      if (p.softcap > 0)
+        ds_error += ds_size * (3 * u + (gamma(d + 2, u) * t.a[n] + 2 * u * std::fabs(t.s[n])) / p.softcap);
       double* dkb = bounds.dk_row(b, hk, j);
       for (std::int64_t c = 0; c < d; ++c) {
         dkb[c] += scale * std::fabs(in.q.get(b, h, i, c)) * (ds_error + gamma(n_kv + 2, u) * ds_size);
@@ -573,7 +595,10 @@ double smallest_backward_term(const Problem& p, const Inputs& in, const HostTens
         keep(prob * g);
         dp += g * v[c];
       }
-      const double ds = prob * (dp - t.d_handed) * p.softmax_scale;
+      const double unchained = prob * (dp - t.d_handed);
+      keep(unchained);
+      keep(t.chain[j - keys.first]);
+      const double ds = unchained * t.chain[j - keys.first] * p.softmax_scale;
       keep(prob);
       for (std::int64_t c = 0; c < d; ++c) {
         keep(ds * in.q.get(b, h, i, c));

@@ -27,7 +27,7 @@ std::string shift_class(double logits) {
 
 void agrees_with_oracle(Subject& subject) {
   Testbed bed(subject);
-  const Problem p = bed.draw(bed.problems());
+  const Problem p = bed.draw(bed.problems({.softcap = true, .alibi = true}));
   RC_TAG("values=" + std::string(to_string(p.values.family)));
   bed.initialize(p);  // within k x baseline + floor of the f64 oracle
   // No vacuous pass: inputs the problem says are non-zero are, and so is the
@@ -39,7 +39,7 @@ void agrees_with_oracle(Subject& subject) {
 
 void key_value_permutation(Subject& subject) {
   Testbed bed(subject);
-  const Problem p = bed.draw(rc::gen::map(bed.problems({.allow_special_values = false}), unmasked));
+  const Problem p = bed.draw(rc::gen::map(bed.problems({.allow_special_values = false, .softcap = true}), unmasked));
   bed.initialize(p);
   // Permuting each sequence's keys and values together permutes the terms of
   // every row's sums: O and LSE are the base's.
@@ -55,7 +55,7 @@ void key_value_permutation(Subject& subject) {
 
 void query_permutation(Subject& subject) {
   Testbed bed(subject);
-  const Problem p = bed.draw(rc::gen::map(bed.problems({.allow_special_values = false}), unmasked));
+  const Problem p = bed.draw(rc::gen::map(bed.problems({.allow_special_values = false, .softcap = true}), unmasked));
   bed.initialize(p);
   // Permuting the query rows permutes the output rows the same way.
   const RowOrder order = draw_row_order(lengths_q(p), p.heads_q);
@@ -65,7 +65,7 @@ void query_permutation(Subject& subject) {
 
 void key_shift_invariance(Subject& subject) {
   Testbed bed(subject);
-  const Problem p = bed.draw(rc::gen::map(bed.problems(), with_small_integers));
+  const Problem p = bed.draw(rc::gen::map(bed.problems({.alibi = true}), with_small_integers));
   bed.initialize(p);
   // K -> K + 1 w^T: |k| <= 3 and |w| <= 250 keep K + w an integer below 256,
   // exact in bf16; the shifts reach ~1e3 logits and beyond.
@@ -85,7 +85,7 @@ void key_shift_invariance(Subject& subject) {
 
 void value_affine_map(Subject& subject) {
   Testbed bed(subject);
-  const Problem p = bed.draw(rc::gen::map(bed.problems(), with_small_integers));
+  const Problem p = bed.draw(rc::gen::map(bed.problems({.softcap = true, .alibi = true}), with_small_integers));
   bed.initialize(p);
   // V -> aV + b with small dyadic a, b keeps V exact: O -> aO + b, LSE unchanged.
   const double a = *rc::gen::element(2.0, -1.0, 0.5, -2.0);
@@ -108,7 +108,7 @@ void value_affine_map(Subject& subject) {
 void convex_hull(Subject& subject) {
   Testbed bed(subject);
   const Capabilities& caps = bed.capabilities();
-  const Problem p = bed.draw(bed.problems({.allow_special_values = false}));
+  const Problem p = bed.draw(bed.problems({.allow_special_values = false, .softcap = true, .alibi = true}));
   const Inputs in = generate_inputs(p);
   const DType work = caps.compute_dtype.value_or(p.dtype);
   bed.verify_inside("each output within the hull of the values its row sees", p, bed.run(p, in),
@@ -124,7 +124,7 @@ bool has_causal(const Capabilities& caps) {
 void causal_prefix(Subject& subject) {
   Testbed bed(subject);
   // A masked problem in which some row that sees a key does not see the last one.
-  const Problem p = bed.draw(bed.problems({.allow_special_values = false}), [](const Problem& q) {
+  const Problem p = bed.draw(bed.problems({.allow_special_values = false, .softcap = true, .alibi = true}), [](const Problem& q) {
     return q.mask != MaskKind::none && earliest_unseen_key(q) < q.seqlen_kv;
   });
   const Inputs in = generate_inputs(p);
@@ -152,7 +152,7 @@ void causal_prefix(Subject& subject) {
 
 void batch_and_head_independence(Subject& subject) {
   Testbed bed(subject);
-  const Problem p = bed.draw(bed.problems({.allow_special_values = false}),
+  const Problem p = bed.draw(bed.problems({.allow_special_values = false, .softcap = true}),
                              [](const Problem& q) { return q.batch * q.heads_kv >= 2; });
   const Inputs in = generate_inputs(p);
   // Change one (batch, K/V head)'s K, V and the queries of its head group:
@@ -177,7 +177,7 @@ void gqa_equals_repeated_mha(Subject& subject) {
   Testbed bed(subject);
   // The filter outlives this body while RapidCheck shrinks (the sequence of
   // shrinks is lazy): it holds the domain, not a reference to the bed.
-  const Problem gqa = bed.draw(grouped(bed.problems()), [caps = bed.capabilities()](const Problem& q) {
+  const Problem gqa = bed.draw(grouped(bed.problems({.softcap = true, .alibi = true})), [caps = bed.capabilities()](const Problem& q) {
     return q.heads_kv < q.heads_q && !unsupported_reason(caps, repeated_mha(q));
   });
   const Problem mha = repeated_mha(gqa);
@@ -194,7 +194,7 @@ bool has_varlen(const Capabilities& caps) { return caps.varlen; }
 void padded_equals_trimmed(Subject& subject) {
   Testbed bed(subject);
   // Some entry alone is in the domain and has a row that sees a key.
-  const Problem p = bed.draw(padded(bed.problems()), [caps = bed.capabilities()](const Problem& q) {
+  const Problem p = bed.draw(padded(bed.problems({.softcap = true, .alibi = true})), [caps = bed.capabilities()](const Problem& q) {
     for (std::int64_t b = 0; b < q.batch; ++b)
       if (const Problem t = trimmed(q, b); !unsupported_reason(caps, t) && visible_rows(t) > 0) return true;
     return false;
@@ -217,7 +217,7 @@ bool has_lse_and_unmasked(const Capabilities& caps) { return caps.lse && caps.ma
 void lse_merge_of_key_halves(Subject& subject) {
   Testbed bed(subject);
   const std::int64_t multiple = bed.capabilities().seqlen_kv_multiple;
-  const Problem p = bed.draw(rc::gen::map(bed.problems({.allow_special_values = false}),
+  const Problem p = bed.draw(rc::gen::map(bed.problems({.allow_special_values = false, .softcap = true}),
                                           [](Problem q) { return unpadded(unmasked(q)); }),
                              [multiple](const Problem& q) { return q.seqlen_kv >= 2 * multiple; });
   const std::int64_t cut = multiple * *rc::gen::inRange<std::int64_t>(1, p.seqlen_kv / multiple);
@@ -246,7 +246,11 @@ bool has_both_causal(const Capabilities& caps) {
 void bottom_right_equals_offset_top_left(Subject& subject) {
   Testbed bed(subject);
   // The top-left problem has Lk queries: keep Lk moderate so it stays in budget.
-  const DomainLimits limits{.max_seqlen = std::min<std::int64_t>(160, bed.capabilities().max_seqlen_q)};
+  // ALiBi's bias is bottom-right aligned as the mask is: |i + Lk - Lq - j| is
+  // |i' - j| at row i' = i + (Lk - Lq) of the top-left problem of Lk queries.
+  const DomainLimits limits{.max_seqlen = std::min<std::int64_t>(160, bed.capabilities().max_seqlen_q),
+                            .softcap = true,
+                            .alibi = true};
   const Problem br = bed.draw(rc::gen::map(bed.problems(limits), bottom_right),
                               [caps = bed.capabilities()](const Problem& q) {
     return q.seqlen_q <= q.seqlen_kv && !unsupported_reason(caps, top_left_extension(q));
@@ -268,7 +272,7 @@ bool has_split_kv(const Capabilities& caps) { return caps.split_kv; }
 
 void split_counts_agree(Subject& subject) {
   Testbed bed(subject);
-  const Problem p = bed.draw(bed.problems());
+  const Problem p = bed.draw(bed.problems({.softcap = true, .alibi = true}));
   RC_TAG(p.seqlen_kv < 7 ? "splits=more than keys" : "splits=at most keys");
   // Back to the heuristic however the property ends (RC_FAIL throws).
   struct Restore {
@@ -300,7 +304,7 @@ void unsupported_is_refused(Subject& subject) {
 
 void deterministic(Subject& subject) {
   Testbed bed(subject);
-  const Problem p = bed.draw(bed.problems());
+  const Problem p = bed.draw(bed.problems({.softcap = true, .alibi = true}));
   const Inputs in = generate_inputs(p);
   const Outputs first = bed.call(p, in), second = bed.call(p, in);
   // Every bit of O (padding and NaN payloads included) and of LSE.
@@ -345,6 +349,100 @@ void fully_masked_convention(Subject& subject) {
              {&p});
 }
 
+double max_abs_finite(const HostTensor& t) {
+  double largest = 0;
+  for (std::int64_t n = 0; n < t.size(); ++n)
+    if (const double x = std::fabs(t.load(n)); std::isfinite(x)) largest = std::max(largest, x);
+  return largest;
+}
+
+bool has_softcap(const Capabilities& caps) { return caps.softcap; }
+
+// softcap=C far past every logit: C tanh(s / C) = s (1 - (s / C)^2 / 3 + ...).
+// With C >= 1e4 (1 + max |s|), |s| <= scale d max|q| max|k|, the relative
+// change is below 4e-9, under one f32 rounding: the capped call equals the
+// uncapped case's reference within the uncapped case's bound.
+void softcap_to_infinity_is_none(Subject& subject) {
+  Testbed bed(subject);
+  const Problem p = bed.draw(bed.problems({.allow_special_values = false}));
+  bed.initialize(p);
+  const double logit_max = p.softmax_scale * static_cast<double>(p.head_dim) * max_abs_finite(bed.inputs().q) *
+                           max_abs_finite(bed.inputs().k);
+  Problem capped = p;
+  capped.softcap = std::exp2(std::ceil(std::log2(1e4 * (1 + logit_max))));  // a power of two: printed exactly
+  RC_TAG(logit_max < 10 ? "logits=<10" : logit_max < 1000 ? "logits=<1000" : "logits=>=1000");
+  bed.verify("softcap -> infinity == no softcap", capped, bed.run(capped, bed.inputs()), bed.reference(), bed.bound(),
+             {&p, &capped});
+}
+
+// The problem of an explicit ALiBi bias (alibi_equals_explicit_bias): a
+// (d+1)-th column, no alibi.
+Problem explicit_bias_problem(const Problem& p) {
+  Problem e = p;
+  e.alibi = false;
+  e.head_dim = p.head_dim + 1;
+  return e;
+}
+
+bool has_alibi_in_f32_mha_causal(const Capabilities& caps) {
+  return caps.alibi && caps.dtypes.contains(DType::f32) && caps.masks.contains(MaskKind::causal_br);
+}
+
+// ALiBi equals an explicit additive bias. On causal_br rows every visible key
+// has j <= i' = i + (Lk - Lq), where -slope_h |i' - j| = slope_h j - slope_h i':
+// the row's constant -slope_h i' leaves P alone and moves LSE by itself, and
+// slope_h j is a (d+1)-th column, q_d = 1 and k_d = slope_h j / scale (MHA: one
+// slope per K head; f32: k_d rounds the bias once, which the floor's logit
+// term holds). The subject on that problem, LSE moved by -slope_h i', equals
+// the ALiBi case's reference within its bound.
+void alibi_equals_explicit_bias(Subject& subject) {
+  Testbed bed(subject);
+  const auto as_case = [](Problem q) {
+    q.dtype = DType::f32;
+    q.heads_kv = q.heads_q;
+    q.mask = MaskKind::causal_br;
+    q.window_left = q.window_right = -1;
+    q.alibi = true;
+    return q;
+  };
+  const Problem p = bed.draw(rc::gen::map(bed.problems({.allow_special_values = false}), as_case),
+                             [caps = bed.capabilities()](const Problem& q) {
+                               return !unsupported_reason(caps, q) && !unsupported_reason(caps, explicit_bias_problem(q));
+                             });
+  const Problem e = explicit_bias_problem(p);
+  bed.initialize(p);
+  const Inputs& in = bed.inputs();
+  const HostTensor ones = map_elements(slice(in.q, Axis::dim, 0, 1), [](double) { return 1.0; });
+  const HostTensor bias_column = map_elements(slice(in.k, Axis::dim, 0, 1), [&](const Element& at, double) {
+    return alibi_slope(p.heads_q, at.h) * static_cast<double>(at.s) / p.softmax_scale;
+  });
+  const Inputs explicit_inputs{concat(in.q, ones, Axis::dim), concat(in.k, bias_column, Axis::dim), in.v};
+  AttentionRows got = bed.run(e, explicit_inputs);
+  double largest_lse = 0;  // of the explicit problem, whose logits reach slope_h i' (its LSE's f32 rounding)
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.heads_q; ++h)
+      for (std::int64_t r = 0; r < got.rows.size(); ++r) {
+        const std::int64_t i = got.rows.rows[r];
+        if (i >= p.len_q(b)) continue;
+        const double constant = alibi_slope(p.heads_q, h) * static_cast<double>(i + p.len_kv(b) - p.len_q(b));
+        double& lse = got.lse[got.index(b, h, r)];
+        if (std::isfinite(lse)) largest_lse = std::max(largest_lse, std::fabs(lse));
+        lse -= constant;
+      }
+  // The explicit problem's logits are the case's plus slope_h j, up to
+  // slope_h Lk = X: each rounds about X u more (k_d, the dot product's last
+  // sum, the subtraction of the maximum), so each weight moves by 6 X u
+  // relative at most and O by 6 X u sum_j P_j |V_j - O| <= 12 X u max|V|; its
+  // LSE is the case's plus slope_h i', and its f32 roundings reach 4 u |LSE|.
+  double reach = 0;
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.heads_q; ++h)
+      reach = std::max(reach, alibi_slope(p.heads_q, h) * static_cast<double>(p.len_kv(b)));
+  const double u = unit_roundoff(DType::f32);
+  const Tolerance rounding{12 * reach * u * max_abs_finite(in.v), 4 * u * largest_lse};
+  bed.verify("ALiBi == an explicit bias column", p, got, bed.reference(), bed.bound() + rounding, {&p, &e});
+}
+
 bool always(const Capabilities&) { return true; }
 bool has_unmasked(const Capabilities& caps) { return caps.masks.contains(MaskKind::none); }
 
@@ -381,6 +479,10 @@ const std::vector<SubjectProperty>& subject_properties() {
       {"Deterministic", "the same call twice gives bitwise identical O and LSE", always, deterministic},
       {"FullyMaskedConvention", "problems with no row that sees a key: O = 0 and LSE = -inf on every row, shapes kept",
        has_vacuous_shapes, fully_masked_convention, 1.0 / 20},
+      {"SoftcapToInfinityIsNone", "softcap=C with C far past every logit equals no softcap", has_softcap,
+       softcap_to_infinity_is_none},
+      {"AlibiEqualsAnExplicitBias", "ALiBi on causal rows equals the bias slope_h j as a (d+1)-th column of Q K^T",
+       has_alibi_in_f32_mha_causal, alibi_equals_explicit_bias},
   };
   forward.insert(forward.end(), backward_properties().begin(), backward_properties().end());
   return forward;

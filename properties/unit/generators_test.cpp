@@ -220,7 +220,8 @@ TEST(Generators, CoverageLabelsNameOneClassPerDimension) {
   Problem p = make_problem(2, 8, 2, 65, 0, 64, DType::bf16, MaskKind::causal_br);
   const auto labels = coverage_labels(p, kMmaLikeCapabilities);
   const std::vector<std::string> want = {"dtype=bf16", "mask=causal_br", "gqa=4", "len_q=tile+1", "len_kv=0",
-                                         "padded=no", "values=normal", "scale=default", "vacuous=yes", "pass=fwd"};
+                                         "padded=no", "values=normal", "scale=default", "vacuous=yes", "pass=fwd",
+                                         "mods=none"};
   EXPECT_EQ(labels, want);
   p.heads_kv = 1;
   p.seqlen_kv = 131072;
@@ -228,6 +229,30 @@ TEST(Generators, CoverageLabelsNameOneClassPerDimension) {
   EXPECT_EQ(coverage_labels(p, kMmaLikeCapabilities)[2], "gqa=mqa");
   EXPECT_EQ(coverage_labels(p, kMmaLikeCapabilities)[4], "len_kv=long");
   EXPECT_EQ(coverage_labels(p, kMmaLikeCapabilities)[7], "scale=other");
+  p.softcap = 30;
+  EXPECT_EQ(coverage_labels(p, kMmaLikeCapabilities)[10], "mods=softcap");
+  p.alibi = true;
+  EXPECT_EQ(coverage_labels(p, kMmaLikeCapabilities)[10], "mods=softcap+alibi");
+}
+
+// The score modifications are drawn where the domain declares them and the
+// limits ask (each in about 1 draw of 4), never elsewhere.
+TEST(Generators, SoftcapAndAlibiAreDrawnOnlyWhereDeclaredAndAsked) {
+  const auto count = [](const Capabilities& caps, const DomainLimits& limits) {
+    std::pair<int, int> drawn{0, 0};
+    for (const Problem& p : draw(gen_problem_in(caps, limits), 400).problems) {
+      drawn.first += p.softcap > 0;
+      drawn.second += p.alibi;
+    }
+    return drawn;
+  };
+  const auto asked = count(kCpuPlainCapabilities, {.softcap = true, .alibi = true});
+  EXPECT_GT(asked.first, 400 / 8);
+  EXPECT_LT(asked.first, 400 / 2);
+  EXPECT_GT(asked.second, 400 / 8);
+  EXPECT_LT(asked.second, 400 / 2);
+  EXPECT_EQ(count(kCpuPlainCapabilities, {}), (std::pair<int, int>{0, 0}));
+  EXPECT_EQ(count(kMmaLikeCapabilities, {.softcap = true, .alibi = true}), (std::pair<int, int>{0, 0}));
 }
 
 TEST(Generators, ComputeDtypeRangeIsRespectedAndRefused) {

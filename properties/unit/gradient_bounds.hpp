@@ -34,6 +34,12 @@
 //   dQ_ic: scale sum_j dS_ij k_jc:  scale sum_j (e_ij + gamma_{lk+2} |dS_ij|) |k_jc|
 // (the sums' lengths are taken as every row or key a blocked product may run
 // over, zeros included; the +2 is the scale's product and the dS product).
+// The score modifications (Problem::softcap, ::alibi) add to a logit's error:
+// a softcap s / C, tanh (1 ULP) and C tanh, 4 u |s| at most (the error before
+// passes with tanh's slope <= 1); ALiBi's bias two roundings (the slope, its
+// product) and the subtraction one, 3 u |bias|. With a softcap, dS carries
+// the chain rule's g = 1 - tanh^2(s / C): its own error is 3 u (t^2, 1 - t^2)
+// plus 2 |t| g |ds| / C for the logit's error ds, relative to |P (dP - D)|.
 // The exact P, dP, D and dS the bound weighs are evaluated here in long
 // double: the bound needs their size, not their last bit.
 #pragma once
@@ -92,8 +98,8 @@ inline GradientRows gradient_error_bound(const Problem& p, const Inputs& in, con
         if (keys.empty()) continue;
         const auto n = static_cast<double>(keys.size());
         const std::size_t count = keys.size();
-        std::vector<long double> s(count), prob(count), dprob(count);
-        std::vector<double> a(count), magnitude_dp(count);
+        std::vector<long double> s(count), prob(count), dprob(count), chain(count, 1.0L);
+        std::vector<double> a(count), magnitude_dp(count), modification(count, 0.0);
         long double maximum = -INFINITY, minimum = INFINITY;
         for (std::size_t t = 0; t < count; ++t) {
           long double dot = 0, absolute = 0;
@@ -104,6 +110,17 @@ inline GradientRows gradient_error_bound(const Problem& p, const Inputs& in, con
           }
           s[t] = scale * dot;
           a[t] = static_cast<double>(scale * absolute);
+          if (p.softcap > 0) {
+            const long double capped = std::tanh(s[t] / p.softcap);
+            chain[t] = 1 - capped * capped;
+            s[t] = p.softcap * capped;
+            modification[t] += 4 * kUnit * a[t];
+          }
+          if (p.alibi) {
+            const double bias = alibi_slope(p.heads_q, h) * std::fabs(static_cast<double>(i + lk - lq - keys[t]));
+            s[t] -= bias;
+            modification[t] += 3 * kUnit * bias;
+          }
           maximum = std::max(maximum, s[t]);
           minimum = std::min(minimum, s[t]);
           long double dp = 0, absolute_dp = 0;
@@ -124,24 +141,32 @@ inline GradientRows gradient_error_bound(const Problem& p, const Inputs& in, con
           weighted_b += prob[t] * magnitude_dp[t];
         }
         const double max_a = *std::max_element(a.begin(), a.end());
+        // A logit's error: its dot product and scale, and its modifications.
+        const double logit_error = gamma(d + 1.0) * max_a + *std::max_element(modification.begin(), modification.end());
         const double spread = static_cast<double>(maximum - minimum);
         const double lse = static_cast<double>(maximum + std::log(sum));
-        const double weight_error = 2 * gamma(d + 1.0) * max_a + kUnit * spread + 2 * kUnit;
+        const double weight_error = 2 * logit_error + kUnit * spread + 2 * kUnit;
         double c_p;
         if (order == SoftmaxOrder::two_pass) {
           c_p = 2 * weight_error + gamma(n) + kUnit;
         } else {
           const double sum_error = (n + 2) * weight_error + 2 * gamma(n) + kUnit;
-          c_p = 2 * gamma(d + 1.0) * max_a + sum_error + kUnit * (std::fabs(lse) + spread + 2 * std::log(n)) + 2 * kUnit;
+          c_p = 2 * logit_error + sum_error + kUnit * (std::fabs(lse) + spread + 2 * std::log(n)) + 2 * kUnit;
         }
         const double delta_error = (c_p + gamma(n) + gamma(static_cast<double>(dv))) * static_cast<double>(weighted_b);
         for (std::size_t t = 0; t < count; ++t) {
           const std::int64_t j = keys[t];
           const double pr = static_cast<double>(prob[t]);
-          const double ds = static_cast<double>(prob[t] * (dprob[t] - delta));
-          const double ds_error = pr * ((c_p + 2 * kUnit) * (std::fabs(static_cast<double>(dprob[t])) +
-                                                            std::fabs(static_cast<double>(delta))) +
-                                        gamma(static_cast<double>(dv)) * magnitude_dp[t] + delta_error);
+          const double g = static_cast<double>(chain[t]);
+          const double unchained = static_cast<double>(std::fabs(prob[t] * (dprob[t] - delta)));
+          const double ds = static_cast<double>(prob[t] * (dprob[t] - delta) * chain[t]);
+          double ds_error = g * pr * ((c_p + 2 * kUnit) * (std::fabs(static_cast<double>(dprob[t])) +
+                                                          std::fabs(static_cast<double>(delta))) +
+                                      gamma(static_cast<double>(dv)) * magnitude_dp[t] + delta_error);
+          if (p.softcap > 0) {
+            const double t_abs = std::sqrt(std::max(0.0, 1 - g));
+            ds_error += unchained * (3 * kUnit + 2 * t_abs * g * logit_error / p.softcap) + kUnit * std::fabs(ds);
+          }
           double* dq = bound.dq_row(b, h, i);
           double* dk = bound.dk_row(b, hk, j);
           double* dvb = bound.dv_row(b, hk, j);

@@ -71,6 +71,18 @@ std::vector<Problem> triangulation_problems() {
   problems.push_back(wide);
   Problem tall = shaped(1, 1, 1, 300, 40, 8, MaskKind::causal_tl, 11);  // queries past many row tiles
   problems.push_back(tall);
+  Problem capped = shaped(2, 4, 2, 45, 70, 16, MaskKind::causal_br, 12);  // the serving vocabulary
+  capped.softcap = 5;
+  capped.alibi = true;
+  capped.softmax_scale = 0.75;
+  capped.lens_q = {45, 20};
+  capped.lens_kv = {70, 33};
+  problems.push_back(capped);
+  Problem squeezed = shaped(1, 3, 1, 37, 29, 8, MaskKind::window, 13);
+  squeezed.softcap = 0.5;
+  squeezed.window_left = 6;
+  squeezed.window_right = 2;
+  problems.push_back(squeezed);
   for (const Problem& p : problems) validate(p);
   return problems;
 }

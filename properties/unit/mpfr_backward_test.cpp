@@ -53,6 +53,18 @@ std::vector<Problem> small_problems() {
   varlen.lens_kv = {9, 5, 16};
   varlen.data_seed = 5;
   add(varlen);
+  Problem capped = make_problem(1, 4, 2, 12, 15, 8, DType::bf16, MaskKind::causal_br);  // the serving vocabulary
+  capped.softcap = 1;
+  capped.alibi = true;
+  capped.softmax_scale = 1.5;  // logits past the cap
+  capped.data_seed = 6;
+  add(capped);
+  Problem alibi = make_problem(2, 3, 3, 11, 9, 8, DType::f16, MaskKind::none);
+  alibi.alibi = true;
+  alibi.lens_q = {11, 4};
+  alibi.lens_kv = {9, 7};
+  alibi.data_seed = 7;
+  add(alibi);
   return problems;
 }
 

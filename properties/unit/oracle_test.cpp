@@ -469,11 +469,22 @@ TEST(KokkosTest, BaselineIsCpuLowpOperationForOperation) {
   varlen.lens_q = {37, 5};
   varlen.lens_kv = {45, 20};
   varlen.layout = Layout::bshd;
+  Problem modified = make_problem(2, 6, 3, 33, 40, 16, DType::bf16, MaskKind::causal_br);  // softcap and ALiBi
+  modified.softcap = 5;
+  modified.alibi = true;
+  modified.softmax_scale = 0.5;
+  modified.lens_q = {33, 12};
+  modified.lens_kv = {40, 30};
+  Problem capped = make_problem(1, 3, 3, 21, 50, 8, DType::f16, MaskKind::none);
+  capped.softcap = 1;
   const Case cases[] = {
       {make_problem(1, 2, 2, 64, 80, 32, DType::bf16, MaskKind::causal_br), DType::bf16},
       {make_problem(1, 2, 1, 50, 50, 16, DType::f32, MaskKind::causal_tl), DType::f32},
       {make_problem(1, 2, 1, 50, 50, 16, DType::f32, MaskKind::none), DType::bf16},  // a narrower working dtype
       {varlen, DType::f16},
+      {modified, DType::bf16},
+      {modified, DType::f32},
+      {capped, DType::f16},
   };
   for (const Case& c : cases) {
     validate(c.problem);

@@ -52,6 +52,31 @@ TEST(ProblemTest, ABackwardProblemNamesItsPassAndDoutAndAForwardOneNeither) {
   EXPECT_EQ(parse_problem("b=1 hq=1 sq=3 skv=3 d=8 dtype=f16 pass=fwd").pass, Pass::fwd);
 }
 
+TEST(ProblemTest, SoftcapAndAlibiRoundTripAndAreLeftOutWhenOff) {
+  Problem p = make_problem(1, 8, 2, 33, 40, 64, DType::bf16, MaskKind::causal_br);
+  EXPECT_EQ(to_line(p).find("softcap"), std::string::npos);
+  EXPECT_EQ(to_line(p).find("alibi"), std::string::npos);
+  p.softcap = 30;
+  p.alibi = true;
+  EXPECT_NE(to_line(p).find(" softcap=30 alibi=yes "), std::string::npos) << to_line(p);
+  EXPECT_EQ(parse_problem(to_line(p)), p) << to_line(p);
+  p.softcap = 0.1234567890123;
+  EXPECT_EQ(parse_problem(to_line(p)), p) << to_line(p);
+  EXPECT_FALSE(parse_problem("b=1 hq=1 sq=3 skv=3 d=8 dtype=f16 alibi=no").alibi);
+}
+
+// The standard ALiBi slopes (Press et al.'s get_slopes): 8 heads 2^-1 ... 2^-8;
+// 12 heads: the 8 of 8 heads, then 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5 (every
+// other slope of 16 heads).
+TEST(ProblemTest, AlibiSlopesAreTheStandardOnes) {
+  for (std::int64_t h = 0; h < 8; ++h) EXPECT_EQ(alibi_slope(8, h), std::exp2(-static_cast<double>(h + 1))) << h;
+  for (std::int64_t h = 0; h < 8; ++h) EXPECT_EQ(alibi_slope(12, h), std::exp2(-static_cast<double>(h + 1))) << h;
+  for (std::int64_t h = 8; h < 12; ++h)
+    EXPECT_DOUBLE_EQ(alibi_slope(12, h), std::exp2(-0.5 - static_cast<double>(h - 8))) << h;
+  EXPECT_EQ(alibi_slope(1, 0), 1.0 / 256);
+  EXPECT_DOUBLE_EQ(alibi_slope(16, 0), std::exp2(-0.5));
+}
+
 TEST(ProblemTest, OptionalFieldsTakeTheirDefaults) {
   const Problem p = parse_problem("b=1 hq=4 sq=10 skv=12 d=16 dtype=f32");
   EXPECT_EQ(p.heads_kv, 4);
@@ -137,7 +162,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 pass=backward", "pass", "unknown pass 'backward'"},
         BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 dout=normal(0,1)", "dout", "pass=bwd only"},
         BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 pass=bwd dout=gauss", "dout", "unknown value distribution"},
-        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 pass=bwd dout=sparse_int(1e19,1)", "dout", "2^53"}));
+        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 pass=bwd dout=sparse_int(1e19,1)", "dout", "2^53"},
+        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 softcap=0", "softcap", "must be positive"},
+        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 softcap=-30", "softcap", "must be positive"},
+        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 softcap=inf", "softcap", "positive finite"},
+        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 softcap=x", "softcap", "not a number"},
+        BadLine{"b=1 hq=1 sq=4 skv=4 d=16 dtype=f16 alibi=true", "alibi", "unknown value 'true' (known: yes, no)"}));
 
 // A token of 128 KiB is quoted by its first 80 characters at most.
 TEST(ProblemTest, AnErrorQuotesAtMost80CharactersOfAToken) {

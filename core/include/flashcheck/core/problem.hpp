@@ -85,6 +85,18 @@ struct Problem {
   std::int64_t window_left = -1;   // only with MaskKind::window; -1 = unbounded
   std::int64_t window_right = -1;
   double softmax_scale = 0.125;
+  /// The score modifications of the serving vocabulary, in FlashAttention-2's
+  /// order. With s_ij = softmax_scale q_i . k_j:
+  ///   softcap=C (C > 0; 0: none)  s_ij <- C tanh(s_ij / C)   (after the scale)
+  ///   alibi=yes                   s_ij <- s_ij - slope_h |i + (Lk - Lq) - j|
+  /// then the mask. ALiBi is bottom-right aligned as the masks are (the
+  /// convention of FlashAttention's alibi_slopes); slope_h is the standard
+  /// ALiBi slope of query head h of heads_q heads (Press et al.): with m the
+  /// largest power of two <= heads_q, 2^(-8 (h + 1) / m) for h < m, and
+  /// 2^(-4 (2 (h - m) + 1) / m) for the rest (alibi_slope below). Each oracle
+  /// and subject computes them with its own code.
+  double softcap = 0;
+  bool alibi = false;
   ValueDist values;
   Pass pass = Pass::fwd;
   /// dO's values (pass=bwd only): the families of `values`, drawn as V's are
@@ -137,6 +149,10 @@ double attention_flops(const Problem& problem);
 double attention_bytes(const Problem& problem);
 /// The backward's FLOPs over the forward's (attention_flops).
 inline constexpr double kBackwardFlopsFactor = 2.5;
+
+/// The standard ALiBi slope of query head h of `heads` (Problem::alibi):
+/// the harness's reading, for generators and reports (the oracles keep their own).
+double alibi_slope(std::int64_t heads, std::int64_t h);
 
 /// 1/sqrt(head_dim), the usual softmax scale.
 double default_softmax_scale(std::int64_t head_dim);

@@ -54,6 +54,8 @@ struct Capabilities {
   EnumSet<Layout> layouts{Layout::bhsd, Layout::bshd};
   bool gqa = false;     // heads_kv < heads_q
   bool varlen = false;  // per-sequence lengths
+  bool softcap = false;  // Problem::softcap (in every pass the subject runs)
+  bool alibi = false;    // Problem::alibi (in every pass the subject runs)
   bool lse = false;     // writes LSE
   std::int64_t seqlen_q_multiple = 1;
   std::int64_t seqlen_kv_multiple = 1;

@@ -27,6 +27,7 @@ struct ProblemLimits {
   std::int64_t max_head_dim = 80;
   bool allow_padding = true;
   bool allow_special_values = true;  // NaN/Inf injection
+  bool score_mods = false;           // softcap= and alibi=yes, each in 1 draw of 4
 };
 
 rc::Gen<Problem> gen_problem(const ProblemLimits& limits);
@@ -74,6 +75,13 @@ struct DomainLimits {
   /// Backward problems never draw near_overflow values (gradients past the
   /// dtype's range are not judged).
   double backward_share = 0;
+  /// The score modifications (Problem::softcap, Problem::alibi), each in 1
+  /// draw of 4 where the domain declares it. Off by default: a property turns
+  /// on the ones its relation holds under (ALiBi moves with the positions, so
+  /// permutations and key splits do not keep it; a softcap is not additive,
+  /// so a key shift does not keep it).
+  bool softcap = false;
+  bool alibi = false;
 };
 
 /// dO's value families for backward problems: normal(mean, std) mostly,
@@ -102,7 +110,8 @@ rc::Gen<std::pair<std::int64_t, std::int64_t>> gen_grouped_heads(const Capabilit
 /// Coverage labels of a problem, one per dimension, for RC_CLASSIFY per
 /// dimension rather than one cross product:
 ///   "dtype=bf16", "mask=causal_br", "gqa=1|2|4|8|mqa", "len_q=..", "len_kv=..",
-///   "padded=yes|no", "values=<family>", "scale=default|other"
+///   "padded=yes|no", "values=<family>", "scale=default|other", "vacuous=yes|no", "pass=fwd|bwd",
+///   "mods=none|softcap|alibi|softcap+alibi"
 /// where a length class is one of 0, 1, tile-1, tile, tile+1, <tile, <4tile,
 /// long (>= 4096) or other (tile taken from the domain's tile_q / tile_kv).
 /// Usage: for (const auto& label : coverage_labels(p, caps)) RC_TAG(label);
@@ -124,7 +133,7 @@ rc::Gen<ValueDist> gen_values_for(DType storage, DType compute, std::int64_t til
 namespace rc {
 template <>
 struct Arbitrary<flashcheck::Problem> {
-  static Gen<flashcheck::Problem> arbitrary() { return flashcheck::gen_problem({}); }
+  static Gen<flashcheck::Problem> arbitrary() { return flashcheck::gen_problem({.score_mods = true}); }
 };
 }  // namespace rc
 

@@ -31,6 +31,9 @@ enum class PlainFlaw {
   bwd_masked_keys_in_dk,     // masked keys' dS (P of the unmasked softmax) added into dK
   bwd_delta_low_precision,   // D_i = rowsum(dO o O) accumulated in the storage dtype, not f32
   bwd_d256_only_wrong,       // at d = 256 the last column of dQ is left at 0
+  // Score-modification flaws (issue 25's bug classes), in both passes:
+  softcap_before_scale,      // C tanh(q.k / C) scaled afterwards, not C tanh(scale q.k / C)
+  alibi_top_left,            // ALiBi's bias -slope |i - j|, top-left aligned, not bottom-right
 };
 
 inline constexpr Capabilities kCpuPlainCapabilities = {
@@ -41,6 +44,8 @@ inline constexpr Capabilities kCpuPlainCapabilities = {
     .masks = {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window},
     .gqa = true,
     .varlen = true,
+    .softcap = true,
+    .alibi = true,
     .lse = true,
     .tile_q = 1,
     .tile_kv = 16,

@@ -46,12 +46,16 @@ namespace flashcheck::kokkos_attention {
 
 #if KOKKOS_VERSION >= 40000
 using Kokkos::exp;
+using Kokkos::exp2;
 using Kokkos::log;
 using Kokkos::sqrt;
+using Kokkos::tanh;
 #else
 using Kokkos::Experimental::exp;
+using Kokkos::Experimental::exp2;
 using Kokkos::Experimental::log;
 using Kokkos::Experimental::sqrt;
+using Kokkos::Experimental::tanh;
 #endif
 
 /// The mask kinds, as this reference numbers them (device-copyable).
@@ -77,6 +81,46 @@ struct MaskSpec {
     }
     if (end < begin) end = begin;
     if (end < 0) begin = end = 0;
+  }
+};
+
+/// The score modifications of a problem (Problem::softcap, Problem::alibi),
+/// this reference's own reading of the convention: with s the scaled logit,
+/// s <- C tanh(s / C), then s <- s - slope_h |i + (lk - lq) - j|, slope_h the
+/// standard ALiBi slope of query head h of `heads`.
+struct ScoreModSpec {
+  double softcap = 0;  // 0: none
+  bool alibi = false;
+  std::int64_t heads = 1;
+
+  KOKKOS_INLINE_FUNCTION bool active() const { return softcap > 0 || alibi; }
+  KOKKOS_INLINE_FUNCTION double slope(std::int64_t h) const {
+    std::int64_t m = 1;  // the largest power of two <= heads
+    while (2 * m <= heads) m *= 2;
+    const double exponent = h < m ? -8.0 * static_cast<double>(h + 1) / static_cast<double>(m)
+                                  : -4.0 * static_cast<double>(2 * (h - m) + 1) / static_cast<double>(m);
+    return exp2(exponent);
+  }
+  /// |ALiBi's bias| of (i, j) for head h (0 without ALiBi).
+  KOKKOS_INLINE_FUNCTION double bias_magnitude(std::int64_t h, std::int64_t i, std::int64_t j, std::int64_t lq,
+                                               std::int64_t lk) const {
+    if (!alibi) return 0;
+    const std::int64_t distance = i + (lk - lq) - j;
+    return slope(h) * static_cast<double>(distance < 0 ? -distance : distance);
+  }
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T operator()(T s, std::int64_t h, std::int64_t i, std::int64_t j, std::int64_t lq,
+                                      std::int64_t lk) const {
+    if (softcap > 0) s = static_cast<T>(softcap) * tanh(s / static_cast<T>(softcap));
+    if (alibi) s -= static_cast<T>(bias_magnitude(h, i, j, lq, lk));
+    return s;
+  }
+  /// d(modified)/d(s): 1 - tanh^2(s / C) with a softcap, else 1.
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T derivative(T s) const {
+    if (!(softcap > 0)) return T(1);
+    const T t = tanh(s / static_cast<T>(softcap));
+    return T(1) - t * t;
   }
 };
 
@@ -174,6 +218,7 @@ struct TiledOnlineSoftmax {
   DeviceArray<const std::int64_t, 1> len_q, len_kv;  // per batch
   Geometry g;
   MaskSpec mask;
+  ScoreModSpec modify;
   Acc scale = 1;
   Acc minus_infinity = 0, not_a_number = 0;  // set on the host (std::numeric_limits)
   std::int64_t rows_per_team = 64, key_tile = 32;
@@ -272,8 +317,15 @@ struct TiledOnlineSoftmax {
             for (std::int64_t e = 0; e < kMicroKeys; ++e) dot[a][e] += q_value[a] * k_value[e];
         }
         for (std::int64_t a = 0; a < kMicroRows; ++a)
-          for (std::int64_t e = 0; e < kMicroKeys; ++e)
-            s((row_group + a * row_groups) * s_stride + key_group + e * key_groups) = scale * dot[a][e];
+          for (std::int64_t e = 0; e < kMicroKeys; ++e) {
+            Acc logit = scale * dot[a][e];
+            if (modify.active()) {  // softcap, ALiBi (rows and keys past the end: computed, never used)
+              const std::int64_t r = row_group + a * row_groups;
+              const std::int64_t i = position(first_row + (r < rows_here ? r : rows_here - 1));
+              logit = modify(logit, h, i, tile_start + key_group + e * key_groups, lq, lk);
+            }
+            s((row_group + a * row_groups) * s_stride + key_group + e * key_groups) = logit;
+          }
       });
       team.team_barrier();
 
@@ -468,6 +520,28 @@ KOKKOS_INLINE_FUNCTION float round_working(StorageCode working, float x) {
   return sign * rounded;
 }
 
+/// The score modifications as the same-precision baselines apply them
+/// (cpu_lowp's steps): f32 arithmetic, each step rounded to the working dtype,
+/// the ALiBi slope in f32. `t` receives tanh(s / C) (rounded) where there is a
+/// softcap.
+KOKKOS_INLINE_FUNCTION float modified_rounded(const ScoreModSpec& modify, StorageCode working, float s, std::int64_t h,
+                                              std::int64_t i, std::int64_t j, std::int64_t lq, std::int64_t lk,
+                                              float* t = nullptr) {
+  if (modify.softcap > 0) {
+    const auto softcap = static_cast<float>(modify.softcap);
+    const float tanh_value = round_working(working, tanh(round_working(working, divide_rounded(s, softcap))));
+    if (t) *t = tanh_value;
+    s = round_working(working, multiply_rounded(softcap, tanh_value));
+  }
+  if (modify.alibi) {
+    const auto slope = static_cast<float>(modify.slope(h));
+    const std::int64_t distance = i + (lk - lq) - j;
+    const auto magnitude = static_cast<float>(distance < 0 ? -distance : distance);
+    s = round_working(working, add_rounded(s, -round_working(working, multiply_rounded(slope, magnitude))));
+  }
+  return s;
+}
+
 template <class Space>
 struct PlainRoundedAttention {
   using Tensor = DeviceArray<const float, 4>;
@@ -478,6 +552,7 @@ struct PlainRoundedAttention {
   DeviceArray<float, 1> accumulator;  // [row][dv]: each row's f32 sums of P V
   Geometry g;
   MaskSpec mask;
+  ScoreModSpec modify;
   StorageCode working = StorageCode::f32;
   float scale = 1, minus_infinity = 0, not_a_number = 0;
 
@@ -485,7 +560,10 @@ struct PlainRoundedAttention {
                                      std::int64_t j) const {
     float dot = 0;
     for (std::int64_t c = 0; c < g.head_dim; ++c) dot = add_rounded(dot, multiply_rounded(q(b, h, r, c), k(b, hk, j, c)));
-    return round_working(working, multiply_rounded(dot, scale));
+    const float scaled = round_working(working, multiply_rounded(dot, scale));
+    if (!modify.active()) return scaled;
+    const std::int64_t i = position(r), lq = len_q(b), lk = len_kv(b);
+    return modified_rounded(modify, working, scaled, h, i, j, lq, lk);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t index) const {
