@@ -1,5 +1,7 @@
 #include "flashcheck/core/dtype.hpp"
 
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -143,6 +145,87 @@ std::uint16_t f16_bits_from_double(double x) { return static_cast<std::uint16_t>
 std::uint16_t bf16_bits_from_double(double x) { return static_cast<std::uint16_t>(BF16::encode(x)); }
 double f16_bits_to_double(std::uint16_t bits) { return F16::decode(bits); }
 double bf16_bits_to_double(std::uint16_t bits) { return BF16::decode(bits); }
+
+namespace {
+
+// An 8-bit format's positive values, in the order of their bit patterns
+// (increasing for every sign-magnitude float): `finite` patterns 0 .. finite - 1.
+struct Fp8Table {
+  std::array<double, 128> value{};
+  int finite = 0;
+  std::uint8_t nan = 0;
+};
+
+Fp8Table make_e4m3() {
+  Fp8Table t;
+  for (int bits = 0; bits < 128; ++bits) {
+    const int exponent = bits >> 3, fraction = bits & 7;
+    t.value[bits] = exponent == 0 ? std::ldexp(fraction, -9) : std::ldexp(8 + fraction, exponent - 10);
+  }
+  t.finite = 127;  // 0x7F is NaN
+  t.nan = 0x7F;
+  return t;
+}
+
+Fp8Table make_e5m2() {
+  Fp8Table t;
+  for (int bits = 0; bits < 124; ++bits) {
+    const int exponent = bits >> 2, fraction = bits & 3;
+    t.value[bits] = exponent == 0 ? std::ldexp(fraction, -16) : std::ldexp(4 + fraction, exponent - 17);
+  }
+  t.value[124] = std::numeric_limits<double>::infinity();
+  for (int bits = 125; bits < 128; ++bits) t.value[bits] = std::numeric_limits<double>::quiet_NaN();
+  t.finite = 124;  // 0x7C is Inf, 0x7D..0x7F NaN
+  t.nan = 0x7F;
+  return t;
+}
+
+const Fp8Table& e4m3_table() {
+  static const Fp8Table table = make_e4m3();
+  return table;
+}
+
+const Fp8Table& e5m2_table() {
+  static const Fp8Table table = make_e5m2();
+  return table;
+}
+
+// Nearest finite pattern, ties to the even pattern, saturating; every
+// comparison is exact (the midpoint of two adjacent values is a double).
+std::uint8_t fp8_encode(const Fp8Table& t, double x) {
+  const std::uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  if (std::isnan(x)) return sign | t.nan;
+  const double magnitude = std::fabs(x);
+  const double* first = t.value.data();
+  const double* last = first + t.finite;
+  const double* above = std::upper_bound(first, last, magnitude);  // first value > |x|
+  if (above == last) return sign | static_cast<std::uint8_t>(t.finite - 1);  // past the largest: saturate
+  const auto high = static_cast<int>(above - first), low = high - 1;  // |x| in [value[low], value[high])
+  const double midpoint = (t.value[low] + t.value[high]) / 2;
+  int nearest;
+  if (magnitude < midpoint) nearest = low;
+  else if (magnitude > midpoint) nearest = high;
+  else nearest = (low % 2 == 0) ? low : high;
+  return sign | static_cast<std::uint8_t>(nearest);
+}
+
+double fp8_decode(const Fp8Table& t, std::uint8_t bits) {
+  const double magnitude = t.value[bits & 0x7F];
+  return (bits & 0x80) ? -magnitude : magnitude;
+}
+
+}  // namespace
+
+std::uint8_t e4m3_bits_from_double(double x) { return fp8_encode(e4m3_table(), x); }
+std::uint8_t e5m2_bits_from_double(double x) { return fp8_encode(e5m2_table(), x); }
+double e4m3_bits_to_double(std::uint8_t bits) {
+  return (bits & 0x7F) == 0x7F ? std::copysign(std::numeric_limits<double>::quiet_NaN(), (bits & 0x80) ? -1.0 : 1.0)
+                               : fp8_decode(e4m3_table(), bits);
+}
+double e5m2_bits_to_double(std::uint8_t bits) {
+  const double value = fp8_decode(e5m2_table(), bits);
+  return std::isnan(value) ? std::copysign(value, (bits & 0x80) ? -1.0 : 1.0) : value;
+}
 
 std::uint16_t half_bits_from_double(DType dtype, double x) {
   return dtype == DType::bf16 ? bf16_bits_from_double(x) : f16_bits_from_double(x);

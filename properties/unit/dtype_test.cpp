@@ -639,5 +639,106 @@ TEST(DtypeTest, UnknownNamesAreRejected) {
     EXPECT_FALSE(parse_dtype(name).has_value()) << "'" << name << "' parsed";
 }
 
+// ---- FP8 (E4M3, E5M2) ------------------------------------------------------------
+
+// The OCP FP8 specification's landmarks, pattern by pattern.
+TEST(DtypeTest, Fp8PatternsHaveTheSpecifiedValues) {
+  EXPECT_EQ(e4m3_bits_to_double(0x7E), 448.0);                 // S.1111.110: the largest
+  EXPECT_EQ(e4m3_bits_to_double(0x08), std::ldexp(1.0, -6));   // the smallest normal
+  EXPECT_EQ(e4m3_bits_to_double(0x01), std::ldexp(1.0, -9));   // the smallest subnormal
+  EXPECT_EQ(e4m3_bits_to_double(0x38), 1.0);
+  EXPECT_EQ(e4m3_bits_to_double(0xBC), -1.5);
+  EXPECT_TRUE(std::isnan(e4m3_bits_to_double(0x7F)));
+  EXPECT_TRUE(std::isnan(e4m3_bits_to_double(0xFF)));
+  EXPECT_TRUE(std::signbit(e4m3_bits_to_double(0xFF)));
+  EXPECT_EQ(e4m3_bits_to_double(0x78), 256.0);  // exponent 15 holds numbers in E4M3
+  EXPECT_EQ(e5m2_bits_to_double(0x7B), 57344.0);
+  EXPECT_EQ(e5m2_bits_to_double(0x04), std::ldexp(1.0, -14));
+  EXPECT_EQ(e5m2_bits_to_double(0x01), std::ldexp(1.0, -16));
+  EXPECT_EQ(e5m2_bits_to_double(0x3C), 1.0);
+  EXPECT_EQ(e5m2_bits_to_double(0x7C), std::numeric_limits<double>::infinity());
+  EXPECT_EQ(e5m2_bits_to_double(0xFC), -std::numeric_limits<double>::infinity());
+  for (int bits : {0x7D, 0x7E, 0x7F, 0xFD, 0xFE, 0xFF}) EXPECT_TRUE(std::isnan(e5m2_bits_to_double(bits))) << bits;
+  EXPECT_TRUE(std::signbit(e4m3_bits_to_double(0x80)));  // -0
+  EXPECT_EQ(e4m3_bits_to_double(0x80), 0.0);
+}
+
+// Every pattern that is a number encodes back to itself; the values increase
+// with the pattern; each value is an exact multiple of its binade's spacing.
+TEST(DtypeTest, Fp8RoundTripsEveryNumberPattern) {
+  for (int bits = 0; bits < 256; ++bits) {
+    const auto b = static_cast<std::uint8_t>(bits);
+    const double x4 = e4m3_bits_to_double(b), x5 = e5m2_bits_to_double(b);
+    if (!std::isnan(x4)) EXPECT_EQ(e4m3_bits_from_double(x4), b) << bits;
+    if (std::isfinite(x5)) EXPECT_EQ(e5m2_bits_from_double(x5), b) << bits;
+    if (bits > 0 && bits < 0x7F) EXPECT_GT(x4, e4m3_bits_to_double(static_cast<std::uint8_t>(bits - 1))) << bits;
+    if (bits > 0 && bits < 0x7C) EXPECT_GT(x5, e5m2_bits_to_double(static_cast<std::uint8_t>(bits - 1))) << bits;
+  }
+}
+
+// Between two neighbours: below the midpoint the lower, above it the upper,
+// at it the even pattern; past the largest (infinity included) the largest,
+// with the sign: PTX's cvt.rn.satfinite.
+TEST(DtypeTest, Fp8RoundsToNearestEvenAndSaturates) {
+  struct Format {
+    const char* name;
+    std::uint8_t (*encode)(double);
+    double (*decode)(std::uint8_t);
+    int finite;
+  };
+  for (const Format& f : {Format{"e4m3", e4m3_bits_from_double, e4m3_bits_to_double, 0x7F},
+                          Format{"e5m2", e5m2_bits_from_double, e5m2_bits_to_double, 0x7C}}) {
+    SCOPED_TRACE(f.name);
+    for (int bits = 0; bits + 1 < f.finite; ++bits) {
+      const double low = f.decode(static_cast<std::uint8_t>(bits)), high = f.decode(static_cast<std::uint8_t>(bits + 1));
+      const double midpoint = (low + high) / 2;
+      const int even = bits % 2 == 0 ? bits : bits + 1;
+      EXPECT_EQ(f.encode(midpoint), even) << midpoint;
+      EXPECT_EQ(f.encode(-midpoint), 0x80 | even) << midpoint;
+      EXPECT_EQ(f.encode(std::nextafter(midpoint, low)), bits) << midpoint;
+      EXPECT_EQ(f.encode(std::nextafter(midpoint, high)), bits + 1) << midpoint;
+    }
+    const double largest = f.decode(static_cast<std::uint8_t>(f.finite - 1));
+    for (const double past : {std::nextafter(largest, 1e300), largest * 1.07, largest * 4, 1e300,
+                              std::numeric_limits<double>::infinity()}) {
+      EXPECT_EQ(f.encode(past), f.finite - 1) << past;
+      EXPECT_EQ(f.encode(-past), 0x80 | (f.finite - 1)) << past;
+    }
+    EXPECT_TRUE(std::isnan(f.decode(f.encode(std::numeric_limits<double>::quiet_NaN()))));
+    EXPECT_EQ(f.encode(0.0), 0);
+    EXPECT_EQ(f.encode(-0.0), 0x80);
+    const double smallest = f.decode(1);
+    EXPECT_EQ(f.encode(smallest / 2), 0);  // a tie: to the even pattern, zero
+    EXPECT_EQ(f.encode(std::nextafter(smallest / 2, 1.0)), 1);
+    EXPECT_EQ(f.encode(1e-300), 0);
+  }
+}
+
+// On random doubles of every binade from below the smallest subnormal to past
+// the largest: the result is no farther from x than either neighbour of the
+// pattern chosen, and has x's sign.
+TEST(DtypeTest, Fp8PicksTheNearerNeighbourOnRandomDoubles) {
+  const CounterRng rng(20261126, 8);
+  for (std::uint64_t n = 0; n < 200000; ++n) {
+    const double x = std::ldexp(rng.uniform(3 * n), static_cast<int>(rng.bits(3 * n + 1) % 40) - 24) *
+                     ((rng.bits(3 * n + 2) & 1) ? -1 : 1);
+    using Encode = std::uint8_t (*)(double);
+    using Decode = double (*)(std::uint8_t);
+    for (const auto& [encode, decode] : {std::pair<Encode, Decode>{e4m3_bits_from_double, e4m3_bits_to_double},
+                                         std::pair<Encode, Decode>{e5m2_bits_from_double, e5m2_bits_to_double}}) {
+      const std::uint8_t bits = encode(x);
+      const double got = decode(bits);
+      if (std::fabs(x) >= std::fabs(decode(encode(1e300)))) continue;  // saturated: checked above
+      const std::uint8_t magnitude = bits & 0x7F;
+      const double below = magnitude > 0 ? decode(static_cast<std::uint8_t>(magnitude - 1)) : 0.0;
+      double above = decode(static_cast<std::uint8_t>(magnitude + 1));  // past the largest: NaN or Inf, no neighbour
+      if (!std::isfinite(above)) above = std::numeric_limits<double>::infinity();
+      EXPECT_LE(std::fabs(std::fabs(x) - std::fabs(got)), std::fabs(std::fabs(x) - below)) << x;
+      EXPECT_LE(std::fabs(std::fabs(x) - std::fabs(got)), std::fabs(above - std::fabs(x))) << x;
+      EXPECT_EQ(std::signbit(got), std::signbit(x)) << x;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace flashcheck

@@ -46,6 +46,21 @@ std::uint16_t half_bits_from_double(DType dtype, double x);
 /// Exact value of a 16-bit pattern in a 16-bit dtype (f16 or bf16).
 double half_bits_to_double(DType dtype, std::uint16_t bits);
 
+// ---- FP8 (OCP 8-bit floating point, the formats of Hopper's cvt and wgmma) --
+/// E4M3: 4 exponent bits (bias 7), 3 fraction bits, no infinities, NaN only at
+/// S.1111.111, largest 448, smallest subnormal 2^-9. E5M2: 5 exponent bits
+/// (bias 15), 2 fraction bits, IEEE-style (infinities, NaNs), largest 57344,
+/// smallest subnormal 2^-16. Conversions from double round once, to nearest
+/// with ties to even, and saturate as PTX's cvt.rn.satfinite does: a magnitude
+/// past the largest finite value after rounding (an infinity included) becomes
+/// that value with its sign; NaN stays NaN (E4M3 S.1111.111, E5M2 S.11111.11).
+/// Not yet a storage dtype of the problem vocabulary (issue 25).
+std::uint8_t e4m3_bits_from_double(double x);
+std::uint8_t e5m2_bits_from_double(double x);
+/// Exact value of an E4M3 / E5M2 bit pattern.
+double e4m3_bits_to_double(std::uint8_t bits);
+double e5m2_bits_to_double(std::uint8_t bits);
+
 /// x rounded to the nearest value representable in dtype (returned exactly as a double).
 double round_to(DType dtype, double x);
 
