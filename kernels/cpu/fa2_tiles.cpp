@@ -24,6 +24,33 @@ bool visible(const Problem& p, std::int64_t i, std::int64_t j, std::int64_t lq, 
   return true;
 }
 
+// The score modifications on a scaled logit of (i, j), in f32 (this kernel's
+// own code): C tanh(s / C), then ALiBi's -slope_h |i + lk - lq - j|;
+// `chain` receives d(modified)/d(s).
+struct Modify {
+  float softcap = 0, slope = 0;
+  std::int64_t shift = 0;
+  Modify(const Problem& p, std::int64_t h, std::int64_t lq, std::int64_t lk)
+      : softcap(static_cast<float>(p.softcap)), shift(lk - lq) {
+    if (!p.alibi) return;
+    std::int64_t m = 1;  // the largest power of two <= heads_q
+    while (m * 2 <= p.heads_q) m *= 2;
+    slope = static_cast<float>(h < m ? std::exp2(-8.0 * static_cast<double>(h + 1) / static_cast<double>(m))
+                                     : std::exp2(-4.0 * static_cast<double>(2 * (h - m) + 1) / static_cast<double>(m)));
+  }
+  bool active() const { return softcap > 0 || slope != 0; }
+  float operator()(float s, std::int64_t i, std::int64_t j, float* chain = nullptr) const {
+    if (chain) *chain = 1.0f;
+    if (softcap > 0) {
+      const float t = std::tanh(s / softcap);
+      s = softcap * t;
+      if (chain) *chain = 1.0f - t * t;
+    }
+    if (slope != 0) s -= slope * static_cast<float>(std::abs(i + shift - j));
+    return s;
+  }
+};
+
 // A tile of rows [first, first + kTile) of (b, h) as f32, rows past `valid` filled with `pad`.
 void load_tile(const HostTensor& t, std::int64_t b, std::int64_t h, std::int64_t first, std::int64_t valid,
                std::vector<float>& tile, float pad) {
@@ -49,6 +76,7 @@ RunResult CpuFa2Tiles::run(const Problem& p, const Inputs& in) {
     const std::int64_t lq = p.len_q(b), lk = p.len_kv(b);
     for (std::int64_t h = 0; h < p.heads_q; ++h) {
       const std::int64_t hk = h / p.group_size();
+      const Modify modify(p, h, lq, lk);
       for (std::int64_t i0 = 0; i0 < p.seqlen_q; i0 += kTile) {
         load_tile(in.q, b, h, i0, lq, q, 0.0f);
         std::fill(m.begin(), m.end(), minus_infinity);
@@ -70,7 +98,7 @@ RunResult CpuFa2Tiles::run(const Problem& p, const Inputs& in) {
               if (!seen_key[c]) continue;
               float dot = 0;
               for (std::int64_t x = 0; x < d; ++x) dot += q[r * d + x] * k[c * d + x];
-              s[r * kTile + c] = dot * scale;
+              s[r * kTile + c] = modify.active() ? modify(dot * scale, i, j) : dot * scale;
               nan = nan || std::isnan(s[r * kTile + c]);
               tile_max = std::max(tile_max, s[r * kTile + c]);
               any = true;
@@ -154,7 +182,8 @@ BackwardResult CpuFa2Tiles::run_backward(const Problem& p, const BackwardInputs&
               for (std::int64_t x = 0; x < d; ++x) k[c * d + x] = nan;
         std::fill(dk.begin(), dk.end(), 0.0f);
         std::fill(dvs.begin(), dvs.end(), 0.0f);
-        for (std::int64_t h = hk * group; h < (hk + 1) * group; ++h)
+        for (std::int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+          const Modify modify(p, h, lq, lk);
           for (std::int64_t i0 = 0; i0 < lq; i0 += kTile) {  // query tiles inner
             load_tile(in.inputs.q, b, h, i0, lq, q, 0.0f);
             load_tile(in.dout, b, h, i0, lq, dout, 0.0f);
@@ -168,11 +197,13 @@ BackwardResult CpuFa2Tiles::run_backward(const Problem& p, const BackwardInputs&
                 if (!inside || (j < lk && !visible(p, i, j, lq, lk))) continue;
                 float dot = 0;
                 for (std::int64_t x = 0; x < d; ++x) dot += q[r * d + x] * k[c * d + x];
-                const float prob = flaw_ == TileFlaw::lse_wrong_base ? std::exp2(dot * scale * kLog2e - lse)
-                                                                     : std::exp(dot * scale - lse);
+                float chain = 1.0f;
+                const float logit = modify.active() ? modify(dot * scale, i, j, &chain) : dot * scale;
+                const float prob = flaw_ == TileFlaw::lse_wrong_base ? std::exp2(logit * kLog2e - lse)
+                                                                     : std::exp(logit - lse);
                 float dprob = 0;
                 for (std::int64_t x = 0; x < dv; ++x) dprob += dout[r * dv + x] * v[c * dv + x];
-                const float dscore = prob * (dprob - delta[h * lq + i]);
+                const float dscore = prob * (dprob - delta[h * lq + i]) * chain;
                 for (std::int64_t x = 0; x < dv; ++x) dvs[c * dv + x] += prob * dout[r * dv + x];
                 for (std::int64_t x = 0; x < d; ++x) {
                   dk[c * d + x] += scale * dscore * q[r * d + x];
@@ -181,6 +212,7 @@ BackwardResult CpuFa2Tiles::run_backward(const Problem& p, const BackwardInputs&
               }
             }
           }
+        }
         for (std::int64_t c = 0; c < kTile && j0 + c < lk; ++c) {
           for (std::int64_t x = 0; x < d; ++x) result.gradients.dk.set(b, hk, j0 + c, x, dk[c * d + x]);
           for (std::int64_t x = 0; x < dv; ++x) result.gradients.dv.set(b, hk, j0 + c, x, dvs[c * dv + x]);

@@ -10,8 +10,10 @@
 // What it adds over cpu-plain: the tile structure, so that lengths that are
 // not a multiple of the tile, the LSE round trip, and the D_i preprocessing
 // are exercised the way a GPU kernel exercises them.
-// Domain: f32/f16/bf16, d <= 256, every mask, GQA, varlen, LSE, both passes
-// (the backward deterministic: every sum runs in a fixed order).
+// Domain: f32/f16/bf16, d <= 256, every mask, GQA, varlen, LSE, softcap and
+// ALiBi (issue 25: the logits modified inside each tile, and dS times the
+// softcap's 1 - tanh^2 in the backward, FlashAttention-2's softcap-with-varlen
+// path), both passes (the backward deterministic: every sum runs in a fixed order).
 // Speed: a reference loop (about 1 GFLOP/s on one core), not a kernel to time.
 #pragma once
 
@@ -34,6 +36,8 @@ inline constexpr Capabilities kCpuFa2TilesCapabilities = {
     .masks = {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window},
     .gqa = true,
     .varlen = true,
+    .softcap = true,
+    .alibi = true,
     .lse = true,
     .tile_q = 16,
     .tile_kv = 16,
