@@ -12,6 +12,33 @@
 #include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
 
 namespace flashcheck {
+namespace {
+
+double elapsed_ms(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Whether `space` can run the Kokkos references here.
+bool runs_here(KokkosSpace space) {
+  return space == KokkosSpace::device ? kokkos_device_available() : kokkos_available();
+}
+
+// The kind of a verdict decided again on every row: a failure is a deviation
+// where the sampled judgement found one or the case reaches a limit the
+// subject declares. A pass stays vacuous where the sample was (the judge,
+// which knows the compared rows, decides again).
+void settle_every_row_kind(CaseResult& result, const std::optional<std::string>& declared_limit) {
+  if (!result.verdict.pass && result.verdict_kind != VerdictKind::deviation) {
+    result.verdict_kind = declared_limit ? VerdictKind::deviation : VerdictKind::fail;
+    if (declared_limit) result.deviation = *declared_limit;
+  }
+  if (result.verdict.pass && result.verdict_kind != VerdictKind::vacuous) {
+    result.verdict_kind = VerdictKind::pass;
+    result.deviation.clear();
+  }
+}
+
+}  // namespace
 
 CrossCheck cross_check(const Problem& p, const AttentionRows& every, const AttentionRows& sampled) {
   CrossCheck check;
@@ -60,11 +87,7 @@ bool judge_every_row(CaseResult& result, const Inputs& inputs, const Outputs& su
                      const std::optional<std::string>& declared_limit, AttentionRows* every_reference) {
   const Problem& problem = result.problem;
   const RowSet every = all_rows(problem);
-  if (!result.ran() || result.rows == every) return false;
-  if (space == KokkosSpace::device ? !kokkos_device_available() : !kokkos_available()) return false;
-  const auto elapsed_ms = [](std::chrono::steady_clock::time_point start) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  };
+  if (!result.ran() || result.rows == every || !runs_here(space)) return false;
 
   auto start = std::chrono::steady_clock::now();
   AttentionRows reference = kokkos_reference(problem, inputs, every, Accumulation::f64, {}, space);
@@ -90,18 +113,7 @@ bool judge_every_row(CaseResult& result, const Inputs& inputs, const Outputs& su
   const Bounds bounds = rule_bounds(result.baseline_metrics, problem.dtype, result.condition);
   result.subject_metrics = compare(problem, gather_rows(problem, subject_outputs, every), reference, problem.dtype, bounds);
   result.verdict = decide(result.subject_metrics, result.baseline_metrics, problem.dtype, result.condition);
-  // The kind follows the every-row rule: a failure is a deviation where the
-  // sampled judgement found one or the case reaches a limit the subject
-  // declares. A pass stays vacuous where the sample was (the judge, which
-  // knows the compared rows, decides again).
-  if (!result.verdict.pass && result.verdict_kind != VerdictKind::deviation) {
-    result.verdict_kind = declared_limit ? VerdictKind::deviation : VerdictKind::fail;
-    if (declared_limit) result.deviation = *declared_limit;
-  }
-  if (result.verdict.pass && result.verdict_kind != VerdictKind::vacuous) {
-    result.verdict_kind = VerdictKind::pass;
-    result.deviation.clear();
-  }
+  settle_every_row_kind(result, declared_limit);
   result.verdict.rule += fmt::format(" [every row: kokkos_f64 and the baseline in Kokkos; cpu_f64 agrees on {} sampled rows]",
                                      sampled);
   if (every_reference) *every_reference = std::move(reference);
@@ -170,12 +182,8 @@ bool judge_every_row_gradients(CaseResult& result, const Inputs& inputs, const H
                                const AttentionRows& exact_forward, const Outputs& handed_forward, KokkosSpace space,
                                const std::optional<std::string>& declared_limit, GradientRows* every_reference) {
   const Problem& problem = result.problem;
-  if (!result.ran() || result.on_every_row()) return false;
-  if (space == KokkosSpace::device ? !kokkos_device_available() : !kokkos_available()) return false;
+  if (!result.ran() || result.on_every_row() || !runs_here(space)) return false;
   const RowSet every = all_rows(problem), every_kv = all_key_rows(problem);
-  const auto elapsed_ms = [](std::chrono::steady_clock::time_point start) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  };
 
   auto start = std::chrono::steady_clock::now();
   GradientRows reference = kokkos_gradients(problem, inputs, dout, every, every_kv, {}, space, /*with_condition=*/true);
@@ -205,15 +213,7 @@ bool judge_every_row_gradients(CaseResult& result, const Inputs& inputs, const H
   result.subject_gradients =
       compare_gradients(problem, gather_gradients(problem, subject_gradients, every, every_kv), reference, problem.dtype);
   result.verdict = decide_gradients(result.subject_gradients, result.baseline_gradients, problem.dtype, condition);
-  // The kind follows judge_every_row's rule.
-  if (!result.verdict.pass && result.verdict_kind != VerdictKind::deviation) {
-    result.verdict_kind = declared_limit ? VerdictKind::deviation : VerdictKind::fail;
-    if (declared_limit) result.deviation = *declared_limit;
-  }
-  if (result.verdict.pass && result.verdict_kind != VerdictKind::vacuous) {
-    result.verdict_kind = VerdictKind::pass;
-    result.deviation.clear();
-  }
+  settle_every_row_kind(result, declared_limit);
   result.verdict.rule += fmt::format(
       " [every row: kokkos_f64 gradients and the baseline in Kokkos; cpu_f64 agrees on {} query rows and {} key rows]",
       sampled_q, sampled_kv);
