@@ -10,13 +10,12 @@
 #include "flashcheck/core/backward.hpp"
 #include "flashcheck/oracles/kokkos/kokkos_backward.hpp"
 #include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
+#include "elapsed.hpp"
 
 namespace flashcheck {
 namespace {
 
-double elapsed_ms(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
+using judge_detail::elapsed_ms;
 
 // Whether `space` can run the Kokkos references here.
 bool runs_here(KokkosSpace space) {

@@ -16,15 +16,11 @@
 #include "flashcheck/oracles/cpu_lowp.hpp"
 #include "flashcheck/judge/every_row.hpp"
 #include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
+#include "elapsed.hpp"
 
 namespace flashcheck {
-namespace {
 
-double elapsed_ms(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
-}
-
-}  // namespace
+using judge_detail::elapsed_ms;
 
 namespace {
 // A case's result before it runs: who and what, and Status::unsupported
