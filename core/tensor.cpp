@@ -9,6 +9,13 @@
 
 namespace flashcheck {
 
+double max_abs_finite(const HostTensor& tensor) {
+  double largest = 0;
+  for (std::int64_t n = 0; n < tensor.size(); ++n)
+    if (const double x = std::abs(tensor.load(n)); std::isfinite(x)) largest = std::max(largest, x);
+  return largest;
+}
+
 HostTensor::HostTensor(DType dtype, Layout layout, std::int64_t batch, std::int64_t heads, std::int64_t seqlen,
                        std::int64_t dim)
     : dtype_(dtype), layout_(layout), batch_(batch), heads_(heads), seqlen_(seqlen), dim_(dim) {

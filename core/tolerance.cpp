@@ -164,14 +164,6 @@ GradientCondition gradient_condition(const Problem& problem, const GradientRows&
   return c;
 }
 
-namespace {
-double max_abs_finite(const HostTensor& t) {
-  double largest = 0;
-  for (std::int64_t n = 0; n < t.size(); ++n)
-    if (const double x = std::abs(t.load(n)); std::isfinite(x)) largest = std::max(largest, x);
-  return largest;
-}
-}  // namespace
 
 GradientCondition gradient_condition(const Problem& p, const GradientRows& reference, const AttentionRows& exact,
                                      const Outputs& handed, const Inputs& inputs, const HostTensor& dout) {

@@ -111,19 +111,6 @@ std::int64_t visible_compared_rows(const Problem& p, const RowSet& rows) {
   return visible * p.heads_q;
 }
 
-// The largest finite |V| of the inputs.
-double max_abs_finite(const HostTensor& tensor) {
-  double largest = 0;
-  for (std::int64_t b = 0; b < tensor.batch(); ++b)
-    for (std::int64_t h = 0; h < tensor.heads(); ++h)
-      for (std::int64_t s = 0; s < tensor.seqlen(); ++s)
-        for (std::int64_t c = 0; c < tensor.dim(); ++c) {
-          const double x = std::abs(tensor.get(b, h, s, c));
-          if (std::isfinite(x)) largest = std::max(largest, x);
-        }
-  return largest;
-}
-
 // Whether a case that held compared something: a compared row that sees a key,
 // and an element of O (a finite pair or a NaN/Inf position of the census: a
 // row whose every value is NaN in both still checks NaN propagation).

@@ -349,13 +349,6 @@ void fully_masked_convention(Subject& subject) {
              {&p});
 }
 
-double max_abs_finite(const HostTensor& t) {
-  double largest = 0;
-  for (std::int64_t n = 0; n < t.size(); ++n)
-    if (const double x = std::fabs(t.load(n)); std::isfinite(x)) largest = std::max(largest, x);
-  return largest;
-}
-
 bool has_softcap(const Capabilities& caps) { return caps.softcap; }
 
 // softcap=C far past every logit: C tanh(s / C) = s (1 - (s / C)^2 / 3 + ...).

@@ -67,6 +67,9 @@ class HostTensor {
   std::vector<float> single_;
 };
 
+/// The largest |x| over a tensor's finite elements (0 when it has none).
+double max_abs_finite(const HostTensor& tensor);
+
 /// The inputs of one call.
 struct Inputs {
   HostTensor q, k, v;
