@@ -256,13 +256,10 @@ GradientRows rounded_backward(const Problem& p, const Inputs& in, const HostTens
   r.minus_infinity = -std::numeric_limits<float>::infinity();
   r.not_a_number = std::numeric_limits<float>::quiet_NaN();
   // Inputs in f32 (exact), rounded to the working dtype when it is narrower.
-  auto q = stage<Space, float>(in.q, "q", {}, p.seqlen_q);
-  auto k = stage<Space, float>(in.k, "k", {}, p.seqlen_kv);
-  auto v = stage<Space, float>(in.v, "v", {}, p.seqlen_kv);
-  auto dout_rows = stage<Space, float>(dout, "dout", {}, p.seqlen_q);
-  for (auto* tensor : {&q, &k, &v, &dout_rows})
-    Kokkos::parallel_for("flashcheck::kokkos::round_inputs", Kokkos::RangePolicy<Space>(0, tensor->size()),
-                         RoundToWorking<Space>{ka::device_array<float>(*tensor), r.working});
+  const auto q = stage_rounded<Space>(in.q, "q", {}, p.seqlen_q, r.working);
+  const auto k = stage_rounded<Space>(in.k, "k", {}, p.seqlen_kv, r.working);
+  const auto v = stage_rounded<Space>(in.v, "v", {}, p.seqlen_kv, r.working);
+  const auto dout_rows = stage_rounded<Space>(dout, "dout", {}, p.seqlen_q, r.working);
   r.q = ka::device_array<const float>(q);
   r.k = ka::device_array<const float>(k);
   r.v = ka::device_array<const float>(v);

@@ -23,7 +23,6 @@
 
 namespace flashcheck::kokkos_attention {
 
-KOKKOS_INLINE_FUNCTION bool finite(double x) { return x - x == x - x; }  // false for NaN and +-Inf
 KOKKOS_INLINE_FUNCTION double finite_or_0(double x) { return finite(x) ? x : 0.0; }
 KOKKOS_INLINE_FUNCTION double magnitude(double x) { return x < 0 ? -x : x; }
 

@@ -132,7 +132,7 @@ struct MarkFiniteRows {
     int all = 1;
     for (std::int64_t c = 0; c < v.extent(3); ++c) {
       const Acc x = v(b, hk, j, c);
-      all = all && (x - x == x - x);  // false for NaN and +-Inf
+      all = all && ka::finite(static_cast<double>(x));
     }
     finite(index) = all;
   }
@@ -176,6 +176,18 @@ Kokkos::View<Acc****, Kokkos::LayoutRight, Space> stage(const HostTensor& tensor
   Kokkos::parallel_for("flashcheck::kokkos::decode", Kokkos::RangePolicy<Space>(0, out.size()), decode);
   Space().fence();
   return out;
+}
+
+// A host tensor staged in f32 (exact) and rounded to the working dtype where
+// it is narrower: the same-precision baselines' inputs.
+template <class Space>
+Kokkos::View<float****, Kokkos::LayoutRight, Space> stage_rounded(const HostTensor& tensor, const char* label,
+                                                                  Kokkos::View<const std::int64_t*, Space> position,
+                                                                  std::int64_t rows, ka::StorageCode working) {
+  auto staged = stage<Space, float>(tensor, label, position, rows);
+  Kokkos::parallel_for("flashcheck::kokkos::round_inputs", Kokkos::RangePolicy<Space>(0, staged.size()),
+                       RoundToWorking<Space>{ka::device_array<float>(staged), working});
+  return staged;
 }
 
 // The compared rows' positions and the per-sequence lengths, in the space's memory.

@@ -121,12 +121,9 @@ AttentionRows plain_rounded(const Problem& p, const Inputs& in, const RowSet& ro
   kernel.minus_infinity = -std::numeric_limits<float>::infinity();
   kernel.not_a_number = std::numeric_limits<float>::quiet_NaN();
   // Inputs in f32 (exact), rounded to the working dtype when it is narrower.
-  auto q = stage<Space, float>(in.q, "q", position, nrows);
-  auto k = stage<Space, float>(in.k, "k", {}, p.seqlen_kv);
-  auto v = stage<Space, float>(in.v, "v", {}, p.seqlen_kv);
-  for (auto* tensor : {&q, &k, &v})
-    Kokkos::parallel_for("flashcheck::kokkos::round_inputs", Kokkos::RangePolicy<Space>(0, tensor->size()),
-                         RoundToWorking<Space>{ka::device_array<float>(*tensor), kernel.working});
+  const auto q = stage_rounded<Space>(in.q, "q", position, nrows, kernel.working);
+  const auto k = stage_rounded<Space>(in.k, "k", {}, p.seqlen_kv, kernel.working);
+  const auto v = stage_rounded<Space>(in.v, "v", {}, p.seqlen_kv, kernel.working);
   // The Views own the memory until the end of this function; the kernel gets
   // DeviceArrays of them (kokkos_attention.hpp says why).
   kernel.q = ka::device_array<const float>(q);

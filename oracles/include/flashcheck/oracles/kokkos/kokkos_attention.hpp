@@ -58,6 +58,9 @@ using Kokkos::Experimental::sqrt;
 using Kokkos::Experimental::tanh;
 #endif
 
+/// Whether x is finite (false for NaN and +-Inf), on the host and the device.
+KOKKOS_INLINE_FUNCTION bool finite(double x) { return x - x == x - x; }
+
 /// The mask kinds, as this reference numbers them (device-copyable).
 enum class MaskCode : int { none, causal_tl, causal_br, window };
 
