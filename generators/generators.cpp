@@ -73,6 +73,15 @@ rc::Gen<ValueDist> gen_value_dist(bool allow_special_values) {
   return weighted(choices);  // shrinks toward plain normal values
 }
 
+namespace {
+// True in `one_in` draws of `of`, at every size. (rc::gen::inRange scales its
+// range with the size: `*inRange(0, n) == 0` is always true at the smallest
+// sizes, which put far more than 1 in n on the lowest value.)
+bool one_in(std::size_t of) {
+  return *rc::gen::weightedElement<bool>({{1, true}, {of - 1, false}});
+}
+}  // namespace
+
 rc::Gen<Problem> gen_problem(const ProblemLimits& limits) {
   return rc::gen::exec([limits] {
     Problem p;
@@ -111,10 +120,9 @@ rc::Gen<Problem> gen_problem(const ProblemLimits& limits) {
         {{3, rc::gen::just(default_softmax_scale(p.head_dim))},
          {1, rc::gen::map(rc::gen::inRange(1, 200), [](int s) { return s / 100.0; })}});
     p.values = *gen_value_dist(limits.allow_special_values);
-    if (limits.score_mods) {  // each in 1 draw of 4, at every size
-      if (*rc::gen::weightedElement<bool>({{1, true}, {3, false}}))
-        p.softcap = *rc::gen::element(0.5, 1.0, 5.0, 30.0, 50.0);
-      p.alibi = *rc::gen::weightedElement<bool>({{1, true}, {3, false}});
+    if (limits.score_mods) {  // each in 1 draw of 4
+      if (one_in(4)) p.softcap = *rc::gen::element(0.5, 1.0, 5.0, 30.0, 50.0);
+      p.alibi = one_in(4);
     }
     p.geometry_seed = *rc::gen::arbitrary<std::uint64_t>();
     p.data_seed = *rc::gen::arbitrary<std::uint64_t>();
@@ -124,12 +132,6 @@ rc::Gen<Problem> gen_problem(const ProblemLimits& limits) {
 
 namespace {
 
-// True in `one_in` draws of `of`, at every size. (rc::gen::inRange scales its
-// range with the size: `*inRange(0, n) == 0` is always true at the smallest
-// sizes, which put far more than 1 in n on the lowest value.)
-bool one_in(std::size_t of) {
-  return *rc::gen::weightedElement<bool>({{1, true}, {of - 1, false}});
-}
 
 // exp underflow points: -ln of the smallest normal and subnormal of each type.
 // A logit gap there puts the losing weights exactly at the edge of what the

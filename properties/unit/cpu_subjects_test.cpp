@@ -15,11 +15,20 @@
 namespace flashcheck {
 namespace {
 
+// Inputs of a d = 1 problem with one query row whose keys 0..15 (the first
+// 16-key tile) score -inf and the rest 0: q = 1, k_j = -inf for j < 16.
+Inputs minus_infinity_keys(const Problem& p) {
+  Inputs in = generate_inputs(p);
+  in.q.set(0, 0, 0, 0, 1.0);
+  for (std::int64_t j = 0; j < p.seqlen_kv; ++j)
+    in.k.set(0, 0, j, 0, j < 16 ? -std::numeric_limits<double>::infinity() : 0.0);
+  return in;
+}
+
 TEST(CpuSubjects, AVisibleKeyScoringMinusInfinityWeighsNothing) {
   // Found by CI's property run (GqaEqualsRepeatedMha, 2026-11-26): cpu-fa2-tiles
   // gave NaN where a row's only visible key in its first tile scored -inf
   // (exp(-inf - -inf)), though a later tile held a finite score.
-  const float inf = std::numeric_limits<float>::infinity();
   const Problem found = parse_problem("b=1 hq=4 hkv=1 sq=15 skv=17 d=16 dv=1 dtype=f32 layout=bhsd mask=window "
                                       "window=0,1 scale=0.25 values=nan_inf(0.02) gseed=0 dseed=0");
   // By hand: keys 0..15 (the first 16-key tile) score -inf, key 16 scores 0, so
@@ -27,12 +36,6 @@ TEST(CpuSubjects, AVisibleKeyScoringMinusInfinityWeighsNothing) {
   // -inf and the one-pass formula's O and LSE are NaN (exp(-inf - -inf)).
   const Problem finite_later = parse_problem("b=1 hq=1 sq=1 skv=17 d=1 dtype=f32");
   const Problem none_finite = parse_problem("b=1 hq=1 sq=1 skv=16 d=1 dtype=f32");
-  auto minus_infinity_keys = [&](const Problem& p) {
-    Inputs in = generate_inputs(p);
-    in.q.set(0, 0, 0, 0, 1.0);
-    for (std::int64_t j = 0; j < p.seqlen_kv; ++j) in.k.set(0, 0, j, 0, j < 16 ? -inf : 0.0);
-    return in;
-  };
   CpuPlain plain;
   CpuFa2Tiles tiles;
   for (Subject* subject : std::initializer_list<Subject*>{&plain, &tiles}) {
@@ -62,10 +65,8 @@ TEST(CpuSubjects, AKeyScoringMinusInfinityStillAddsZeroTimesV) {
   // By hand: keys 0..15 score -inf, key 16 scores 0. With V[0] = inf, O is
   // 0 x inf + V[16] = NaN and LSE is 0; with K[3] = NaN instead, O and LSE are NaN.
   const Problem p = parse_problem("b=1 hq=1 sq=1 skv=17 d=1 dtype=f32");
-  auto minus_infinity_keys = [&](bool infinite_value, bool nan_key) {
-    Inputs in = generate_inputs(p);
-    in.q.set(0, 0, 0, 0, 1.0);
-    for (std::int64_t j = 0; j < p.seqlen_kv; ++j) in.k.set(0, 0, j, 0, j < 16 ? -inf : 0.0);
+  const auto with = [&](bool infinite_value, bool nan_key) {
+    Inputs in = minus_infinity_keys(p);
     if (infinite_value) in.v.set(0, 0, 0, 0, inf);
     if (nan_key) in.k.set(0, 0, 3, 0, std::numeric_limits<double>::quiet_NaN());
     return in;
@@ -75,13 +76,13 @@ TEST(CpuSubjects, AKeyScoringMinusInfinityStillAddsZeroTimesV) {
   for (Subject* subject : std::initializer_list<Subject*>{&plain, &tiles}) {
     const CaseResult r = judge(*subject, found);
     EXPECT_EQ(r.verdict_kind, VerdictKind::pass) << explain(r);
-    const Inputs infinite_value = minus_infinity_keys(true, false);
+    const Inputs infinite_value = with(true, false);
     const CaseResult a = judge(*subject, p, infinite_value);
     EXPECT_EQ(a.verdict_kind, VerdictKind::pass) << explain(a);
     const RunResult ran = subject->run(p, infinite_value);
     EXPECT_TRUE(std::isnan(ran.outputs.o.get(0, 0, 0, 0))) << subject->name();
     EXPECT_EQ(ran.outputs.lse[0], 0.0f) << subject->name();
-    const Inputs nan_key = minus_infinity_keys(false, true);
+    const Inputs nan_key = with(false, true);
     const CaseResult b = judge(*subject, p, nan_key);
     EXPECT_EQ(b.verdict_kind, VerdictKind::pass) << explain(b);
     EXPECT_TRUE(std::isnan(subject->run(p, nan_key).outputs.lse[0])) << subject->name();
