@@ -108,13 +108,7 @@ BackwardResult GpuSubject::run_backward(const Problem& p, const BackwardInputs& 
     result.time_ms = elapsed;
 
     std::vector<std::string> violations;
-    for (const auto& [buffer, label] : {std::pair{&dq, "dQ"}, std::pair{&dk, "dK"}, std::pair{&dv, "dV"}}) {
-      std::int64_t first = 0;
-      if (const std::int64_t touched = buffer->touched_guard_elements(site, &first))
-        violations.push_back(fmt::format("out-of-bounds write: {} element(s) of {}'s guard bands written, the first at "
-                                         "element {} (the buffer holds {})",
-                                         touched, label, first, buffer->count()));
-    }
+    detail::guard_violations({{&dq, "dQ"}, {&dk, "dK"}, {&dv, "dV"}}, site, violations);
     result.gradients = make_gradients(p);
     dq.download(result.gradients.dq.data(), site);
     dk.download(result.gradients.dk.data(), site);
@@ -147,22 +141,16 @@ BackwardResult GpuSubject::run_backward(const Problem& p, const BackwardInputs& 
 
     // Inputs must come back bit-identical.
     const HostTensor &q = in.inputs.q, &k = in.inputs.k, &v = in.inputs.v, &o = in.forward.o, &dout = in.dout;
-    const std::tuple<const void*, std::int64_t, const DeviceBuffer*, const char*> handed[] = {
-        {q.data(), q.bytes(), &device.q, "Q"},          {k.data(), k.bytes(), &device.k, "K"},
-        {v.data(), v.bytes(), &device.v, "V"},          {o.data(), o.bytes(), &device.o, "O"},
-        {dout.data(), dout.bytes(), &device.dout, "dO"},
-        {lse.data(), static_cast<std::int64_t>(lse.size() * sizeof(float)), &device.lse, "LSE"}};
-    for (const auto& [host, bytes, buffer, label] : handed) {
-      std::vector<unsigned char> after(static_cast<std::size_t>(bytes));
-      if (after.empty()) continue;
-      check(cudaMemcpy(after.data(), buffer->get(), after.size(), cudaMemcpyDeviceToHost), "cudaMemcpy (input check)",
-            site);
-      if (std::memcmp(after.data(), host, after.size()) != 0)
-        violations.push_back(fmt::format("input modification: the backward wrote to {}", label));
-    }
+    detail::input_violations({{q.data(), q.bytes(), &device.q, "Q"},
+                              {k.data(), k.bytes(), &device.k, "K"},
+                              {v.data(), v.bytes(), &device.v, "V"},
+                              {o.data(), o.bytes(), &device.o, "O"},
+                              {dout.data(), dout.bytes(), &device.dout, "dO"},
+                              {lse.data(), static_cast<std::int64_t>(lse.size() * sizeof(float)), &device.lse, "LSE"}},
+                             "backward", site, violations);
     if (!violations.empty()) {
       result.status = Status::error;
-      for (const auto& violation : violations) result.message += (result.message.empty() ? "" : "; ") + violation;
+      result.message = detail::join_violations(violations);
     }
   } catch (const Unsupported& refusal) {
     result = BackwardResult{};  // nothing was written

@@ -1,4 +1,5 @@
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -80,6 +81,33 @@ bool still_poisoned(const HostTensor& tensor, std::int64_t at) {
   if (tensor.dtype() == DType::f32)
     return std::memcmp(static_cast<const std::uint32_t*>(tensor.data()) + at, &GuardedBuffer::kPoison32, 4) == 0;
   return static_cast<const std::uint16_t*>(tensor.data())[at] == GuardedBuffer::kPoison16;
+}
+
+void guard_violations(std::initializer_list<std::pair<const GuardedBuffer*, const char*>> outputs,
+                      const CallSite& site, std::vector<std::string>& violations) {
+  for (const auto& [buffer, label] : outputs) {
+    std::int64_t first = 0;
+    if (const std::int64_t touched = buffer->touched_guard_elements(site, &first))
+      violations.push_back(fmt::format("out-of-bounds write: {} element(s) of {}'s guard bands written, the first at "
+                                       "element {} (the buffer holds {})",
+                                       touched, label, first, buffer->count()));
+  }
+}
+
+void input_violations(std::initializer_list<HandedInput> inputs, const char* who, const CallSite& site,
+                      std::vector<std::string>& violations) {
+  for (const HandedInput& input : inputs) {
+    std::vector<unsigned char> after(static_cast<std::size_t>(input.bytes));
+    if (after.empty()) continue;
+    check(cudaMemcpy(after.data(), input.device->get(), after.size(), cudaMemcpyDeviceToHost),
+          "cudaMemcpy (input check)", site);
+    if (std::memcmp(after.data(), input.host, after.size()) != 0)
+      violations.push_back(fmt::format("input modification: the {} wrote to {}", who, input.label));
+  }
+}
+
+std::string join_violations(const std::vector<std::string>& violations) {
+  return fmt::format("{}", fmt::join(violations, "; "));
 }
 
 Timing time_launches(const std::function<void(int)>& launch, cudaStream_t stream, int warmup, int repeats,
@@ -188,14 +216,8 @@ RunResult GpuSubject::run(const Problem& p, const Inputs& in) {
     result.time_ms = elapsed;
 
     std::vector<std::string> violations;
-    std::int64_t first = 0;
-    for (const auto& [buffer, label] : {std::pair{&o, "O"}, std::pair{&lse, "LSE"}}) {
-      if (buffer->count() == 0 && buffer == &lse && !with_lse) continue;
-      if (const std::int64_t touched = buffer->touched_guard_elements(site, &first))
-        violations.push_back(fmt::format("out-of-bounds write: {} element(s) of {}'s guard bands written, the first at "
-                                         "element {} (the buffer holds {})",
-                                         touched, label, first, buffer->count()));
-    }
+    if (with_lse) detail::guard_violations({{&o, "O"}, {&lse, "LSE"}}, site, violations);
+    else detail::guard_violations({{&o, "O"}}, site, violations);
     result.outputs = make_outputs(p);
     result.outputs.has_lse = with_lse;
     o.download(result.outputs.o.data(), site);
@@ -222,17 +244,13 @@ RunResult GpuSubject::run(const Problem& p, const Inputs& in) {
                                        unwritten, first_unwritten));
 
     // Inputs must come back bit-identical.
-    for (const auto& [host, device_buffer, label] :
-         {std::tuple{&in.q, &device.q, "Q"}, std::tuple{&in.k, &device.k, "K"}, std::tuple{&in.v, &device.v, "V"}}) {
-      std::vector<unsigned char> after(static_cast<std::size_t>(host->bytes()));
-      check(cudaMemcpy(after.data(), device_buffer->get(), after.size(), cudaMemcpyDeviceToHost), "cudaMemcpy (input check)",
-            site);
-      if (!after.empty() && std::memcmp(after.data(), host->data(), after.size()) != 0)
-        violations.push_back(fmt::format("input modification: the kernel wrote to {}", label));
-    }
+    detail::input_violations({{in.q.data(), in.q.bytes(), &device.q, "Q"},
+                              {in.k.data(), in.k.bytes(), &device.k, "K"},
+                              {in.v.data(), in.v.bytes(), &device.v, "V"}},
+                             "kernel", site, violations);
     if (!violations.empty()) {
       result.status = Status::error;
-      for (const auto& violation : violations) result.message += (result.message.empty() ? "" : "; ") + violation;
+      result.message = detail::join_violations(violations);
     }
   } catch (const Unsupported& refusal) {
     result = RunResult{};  // nothing was written

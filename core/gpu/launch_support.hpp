@@ -1,12 +1,15 @@
 // What GpuSubject's forward (gpu_subject.cpp) and backward (gpu_backward.cpp)
 // paths share around a launch: strides, the device check, the lengths'
-// upload, the poison test and the timing loop. Internal to core/gpu.
+// upload, the poison test, the after-launch checks (guard bands, inputs left
+// unchanged) and the timing loop. Internal to core/gpu.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "flashcheck/core/gpu/gpu_subject.hpp"
@@ -43,6 +46,26 @@ void fill_geometry(const Problem& p, AttentionArgs& args);
 
 /// Whether element `at` of a tensor downloaded from a GuardedBuffer still holds the poison's exact bits.
 bool still_poisoned(const HostTensor& tensor, std::int64_t at);
+
+/// One violation per output whose guard bands were written: "out-of-bounds
+/// write: N element(s) of O's guard bands written, the first at element ...".
+void guard_violations(std::initializer_list<std::pair<const GuardedBuffer*, const char*>> outputs,
+                      const CallSite& site, std::vector<std::string>& violations);
+
+/// A handed input: its host bytes and the device copy the launch received.
+struct HandedInput {
+  const void* host;
+  std::int64_t bytes;
+  const DeviceBuffer* device;
+  const char* label;
+};
+/// One violation per input whose device copy no longer equals the host
+/// bytes ("input modification: the `who` wrote to K").
+void input_violations(std::initializer_list<HandedInput> inputs, const char* who, const CallSite& site,
+                      std::vector<std::string>& violations);
+
+/// The violations joined with "; " (empty when there are none).
+std::string join_violations(const std::vector<std::string>& violations);
 
 /// Times launch(n) for n = 0, 1, ... with CUDA events on `stream`: `warmup`
 /// untimed calls, then (after any warm-up) until the median of 5 settles
