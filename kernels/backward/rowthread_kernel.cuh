@@ -1,6 +1,8 @@
 // fa2-rowthread-bwd's kernels (included by backward/rowthread.cu and by its
 // mutant, kernels/mutants/backward_mutants.cu). The file head of
-// backward/rowthread.cu says what they are.
+// backward/rowthread.cu says what they are. The mma backward
+// (backward/mma_kernel.cuh) reuses its forward, delta_kernel,
+// dq_from_accumulator_kernel and keys_of_rows.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -318,8 +320,8 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const BackwardArgs args) {
   for (int c = 0; c < a.head_dim; ++c) store(dq + i * a.q_seq_stride + c, active ? a.scale * dq_row[c] : 0.0f);
 }
 
-// The atomic mutant's last step: dQ = scale x its f32 accumulator, in the
-// dtype; 0 past the sequence.
+// The last step of the atomic-dQ backwards (the mutant, and fa2-mma-bwd):
+// dQ = scale x the f32 accumulator, in the dtype; 0 past the sequence.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) dq_from_accumulator_kernel(const BackwardArgs args) {
   const gpu::AttentionArgs& a = args.attention;

@@ -1,0 +1,70 @@
+// fa2-mma-bwd and fa2-mma-bwd-det: FlashAttention-2's backward (Algorithm 2)
+// on tensor cores, mma.sync m16n8k16 with f32 accumulation, in two shapes that
+// share their kernels (backward/mma_kernel.cuh).
+//
+// Lineage: fa2-rowthread-bwd (backward/rowthread.cu), the same three steps a
+// thread per row in f32; the forward mma family (kernels/mma/) for the PTX
+// (mma/ptx.cuh), the swizzled shared tiles and their cp.async copies
+// (mma/tiles.cuh), and the P V product read from C fragments (mma/products.cuh,
+// common/softmax.cuh).
+// What changed from fa2-rowthread-bwd: the products run on tensor cores. A
+// warp owns 16 keys (dK/dV) or 16 query rows (dQ) as the M rows of m16 tiles,
+// in blocks of 4 warps; the operands come from swizzled shared tiles through
+// ldmatrix, and P^T and dS^T, computed in f32 in the C fragments, are rounded
+// to the dtype once, as the A operands of dV += P^T dO and dK += dS^T Q (and
+// dS of dQ += dS K), as FlashAttention-2 does. Why: the first tensor-core
+// backward of the family, simple and single-buffered (no cp.async pipelining
+// yet), for the faster ones to grow from.
+// What it does, on one stream:
+//   1. D_i = rowsum(dO_i o O_i) in f32: rowthread's kernel, a thread per row.
+//   2. dK, dV: a block of 4 warps per 64 keys of one (batch, K/V head), K and
+//      V in shared memory once; it walks the query rows 64 at a time (32 at
+//      d = 128, where 64 spilled registers) over every query head of the GQA
+//      group (the group's sum), recomputing S^T, P^T, dP^T, dS^T per step
+//      from the handed LSE. fa2-mma-bwd also adds dQ's
+//      share dS K of each step to an f32 accumulator with atomicAdd (dS^T
+//      through shared memory), FlashAttention-2's classic shape.
+//   3. dQ: fa2-mma-bwd converts the accumulator (scale x, in the dtype;
+//      rowthread's kernel). fa2-mma-bwd-det computes it in a kernel of its
+//      own: a block of 4 warps per 64 query rows, walking the keys its rows
+//      see in order, 64 at a time (S, P, dP, dS recomputed; dQ += dS K).
+// Determinism: fa2-mma-bwd's dQ sums arrive in whatever order the blocks'
+// atomics do (backward_deterministic = false); everything in fa2-mma-bwd-det
+// is summed by one warp in a fixed order and written by one block
+// (backward_deterministic = true).
+// Domain (flashcheck/kernels/backward/mma.hpp): f16/bf16; d = dv in {64, 128};
+// any lengths; none/causal_tl/causal_br/window; GQA/MQA; padded batches; LSE;
+// BHSD and BSHD; finite inputs only; both passes (the forward is
+// fa2-rowthread-bwd's).
+// Registers (ptxas, sm_90a, CUDA 13.0; f16 and bf16 alike), no spills:
+//   dK/dV 210 (d=64) / 242 (d=128); with the atomic dQ 215 / 241;
+//   dQ (deterministic) 176 / 220. Dynamic shared memory a block: dK/dV
+//   33 KiB (d=64) / 48.5 KiB (d=128), with the atomic dQ 41 / 52.5 KiB;
+//   dQ 32 / 64 KiB.
+// Speed: not yet measured.
+#include "backward/mma_kernel.cuh"
+
+namespace flashcheck::kernels {
+namespace {
+
+struct Registrations {
+  Registrations() {
+    Registry::instance().add([] {
+      return std::make_unique<BackwardKernelSubject>(
+          kMmaBackwardName,
+          "FlashAttention-2's backward on mma.sync, dQ added with atomics from the key blocks (f16/bf16)",
+          kMmaBackwardCapabilities, launch_rowthread_forward, launch_mma_backward</*kAtomicDq=*/true>,
+          /*dq_accumulator=*/true);
+    });
+    Registry::instance().add([] {
+      return std::make_unique<BackwardKernelSubject>(
+          kMmaBackwardDeterministicName,
+          "FlashAttention-2's backward on mma.sync, dQ in its own pass, deterministic (f16/bf16)",
+          kMmaBackwardDeterministicCapabilities, launch_rowthread_forward, launch_mma_backward</*kAtomicDq=*/false>,
+          /*dq_accumulator=*/false);
+    });
+  }
+} registrations;
+
+}  // namespace
+}  // namespace flashcheck::kernels
