@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "flashcheck/core/values.hpp"
 #include "flashcheck/testing/backward_testbed.hpp"
@@ -175,8 +176,25 @@ void backward_linear_in_dout(Subject& subject) {
   const double factor = std::ldexp(1.0, power);
   const HostTensor scaled = map_elements(dout, [factor](double x) { return factor * x; });
   const RowSet q_rows = all_rows(p), kv_rows = all_key_rows(p);
-  const GradientRows base = gather_gradients(p, bed.call(p, BackwardInputs{in, f.handed, dout}), q_rows, kv_rows);
-  const GradientRows got = gather_gradients(p, bed.call(p, BackwardInputs{in, f.handed, scaled}), q_rows, kv_rows);
+  const Gradients base_call = bed.call(p, BackwardInputs{in, f.handed, dout});
+  const Gradients got_call = bed.call(p, BackwardInputs{in, f.handed, scaled});
+  const GradientRows base = gather_gradients(p, base_call, q_rows, kv_rows);
+  const GradientRows got = gather_gradients(p, got_call, q_rows, kv_rows);
+  // A subject whose backward is not declared deterministic (dQ added by
+  // atomics) sums in another order each call, so its two runs need not scale
+  // bitwise: each is within its derived bound of the exact gradients
+  // (gradient_error_bounds), which scale exactly, so got - 2^k base is within
+  // bound(got) + 2^k bound(base), added to every element's allowance below.
+  std::optional<GradientRows> order_bound;
+  if (!bed.capabilities().backward_deterministic) {
+    const DType working = working_dtype(bed.capabilities(), p);
+    order_bound = gradient_error_bounds(p, in, scaled, f.exact, f.handed, got_call, working);
+    const GradientRows base_bound = gradient_error_bounds(p, in, dout, f.exact, f.handed, base_call, working);
+    for (auto [to, from] : {std::pair{&order_bound->dq, &base_bound.dq}, {&order_bound->dk, &base_bound.dk},
+                            {&order_bound->dv, &base_bound.dv}})
+      for (std::size_t n = 0; n < to->size(); ++n) (*to)[n] += factor * (*from)[n];
+    RC_TAG("linearity=within the runs' bounds (not deterministic)");
+  }
   // A kernel may store its intermediates (P, dS) in the problem's dtype for
   // its tensor-core products (cuDNN does: its f16 dQ halved with dO was off by
   // 7e-4 relative on an H200, issue 22): the subnormal grid and range that
@@ -184,7 +202,7 @@ void backward_linear_in_dout(Subject& subject) {
   const DType work = p.dtype;
   const double smallest = smallest_backward_term(p, in, dout, f.exact, f.handed) * std::min(1.0, factor);
   const bool exact = smallest >= std::ldexp(min_normal(work), 26);
-  RC_TAG(exact ? "linearity=bitwise" : "linearity=one ulp");
+  if (!order_bound) RC_TAG(exact ? "linearity=bitwise" : "linearity=one ulp");
   double largest = 1;
   const auto grow = [&](const HostTensor& t, double times) {
     for (std::int64_t n = 0; n < t.size(); ++n)
@@ -200,7 +218,7 @@ void backward_linear_in_dout(Subject& subject) {
   const double so = min_subnormal(p.dtype), top = max_finite(p.dtype);
   std::int64_t out_of_range = 0;
   const auto check = [&](const char* name, std::int64_t b, std::int64_t h, std::int64_t r, std::int64_t c, double base_g,
-                         double got_g) {
+                         double got_g, const double* order_row) {
     const double want = factor * base_g;
     if (!std::isfinite(base_g) || std::fabs(want) >= top) {
       ++out_of_range;
@@ -209,8 +227,9 @@ void backward_linear_in_dout(Subject& subject) {
     // Strictly above the smallest normal: a value rounded up to it may have
     // been subnormal before its rounding.
     const bool normal = std::fabs(base_g) > min_normal(p.dtype) && std::fabs(want) > min_normal(p.dtype);
-    const double tolerance = exact ? (normal ? 0.0 : (1 + factor) * so / 2)
-                                   : tau + ulp_at(p.dtype, want) + (1 + factor) * so / 2;
+    const double tolerance = (exact ? (normal ? 0.0 : (1 + factor) * so / 2)
+                                    : tau + ulp_at(p.dtype, want) + (1 + factor) * so / 2) +
+                             (order_row ? order_row[c] : 0.0);
     if (!(std::fabs(got_g - want) <= tolerance))
       RC_FAIL(fmt::format("dO -> {} dO: {}(b={}, h={}, row={}, col={}) is {:.9g}, {} x the base's {:.9g} is {:.9g} "
                           "(allowed {:.3e}: {})\n  problem: '{}'\n  replay: {}",
@@ -221,12 +240,17 @@ void backward_linear_in_dout(Subject& subject) {
   for (std::int64_t b = 0; b < p.batch; ++b) {
     for (std::int64_t h = 0; h < p.heads_q; ++h)
       for (std::int64_t i = 0; i < p.len_q(b); ++i)
-        for (std::int64_t c = 0; c < p.head_dim; ++c) check("dQ", b, h, i, c, base.dq_row(b, h, i)[c], got.dq_row(b, h, i)[c]);
+        for (std::int64_t c = 0; c < p.head_dim; ++c)
+          check("dQ", b, h, i, c, base.dq_row(b, h, i)[c], got.dq_row(b, h, i)[c],
+                order_bound ? order_bound->dq_row(b, h, i) : nullptr);
     for (std::int64_t hk = 0; hk < p.heads_kv; ++hk)
       for (std::int64_t j = 0; j < p.len_kv(b); ++j) {
-        for (std::int64_t c = 0; c < p.head_dim; ++c) check("dK", b, hk, j, c, base.dk_row(b, hk, j)[c], got.dk_row(b, hk, j)[c]);
+        for (std::int64_t c = 0; c < p.head_dim; ++c)
+          check("dK", b, hk, j, c, base.dk_row(b, hk, j)[c], got.dk_row(b, hk, j)[c],
+                order_bound ? order_bound->dk_row(b, hk, j) : nullptr);
         for (std::int64_t c = 0; c < p.head_dim_v; ++c)
-          check("dV", b, hk, j, c, base.dv_row(b, hk, j)[c], got.dv_row(b, hk, j)[c]);
+          check("dV", b, hk, j, c, base.dv_row(b, hk, j)[c], got.dv_row(b, hk, j)[c],
+                order_bound ? order_bound->dv_row(b, hk, j) : nullptr);
       }
   }
   RC_TAG(out_of_range ? "scaled_out_of_range=some" : "scaled_out_of_range=none");
@@ -256,6 +280,29 @@ GradientRows plus(GradientRows x, const GradientRows& y) {
   for (auto [to, from] : {std::pair{&x.dq, &y.dq}, {&x.dk, &y.dk}, {&x.dv, &y.dv}})
     for (std::size_t n = 0; n < to->size(); ++n) (*to)[n] += (*from)[n];
   return x;
+}
+
+// The rows a change of the inputs must leave alone, from a run on `before`
+// and one on `after`: bitwise where the subject declares its backward
+// deterministic (each row's sums then run in the same order on the same
+// values); otherwise (dQ added by atomics, in another order each call) within
+// the two runs' derived bounds (gradient_error_bounds, below), and tagged so.
+struct BackwardCase {
+  const Inputs& inputs;
+  const HostTensor& dout;
+};
+std::int64_t unchanged_rows(const BackwardTestbed& bed, std::string_view relation, const Problem& p,
+                            const BackwardCase& before, const BackwardCase& after,
+                            const std::function<bool(std::int64_t, std::int64_t, std::int64_t)>& keep_q,
+                            const std::function<bool(std::int64_t, std::int64_t, std::int64_t)>& keep_kv) {
+  if (bed.capabilities().backward_deterministic) {
+    RC_TAG("unchanged=bitwise");
+    return bed.verify_bitwise(relation, p, bed.run(p, after.inputs, after.dout), bed.run(p, before.inputs, before.dout),
+                              keep_q, keep_kv);
+  }
+  RC_TAG("unchanged=within the runs' bounds (not deterministic)");
+  const BoundedRun was = bounded_run(bed, p, before.inputs, before.dout), is = bounded_run(bed, p, after.inputs, after.dout);
+  return bed.verify_rows_within(relation, p, is.gradients, was.gradients, plus(is.bounds, was.bounds), keep_q, keep_kv);
 }
 
 // The relations between two runs below hold exactly for the exact gradients;
@@ -345,14 +392,13 @@ void backward_causal_prefix(Subject& subject) {
     };
   };
   const Inputs changed{in.q, map_elements(in.k, past_cut(-3, 1)), map_elements(in.v, past_cut(7, -2))};
-  const GradientRows before = bed.run(p, in, dout), after = bed.run(p, changed, dout);
-  const std::int64_t compared = bed.verify_bitwise(
-      "dQ of rows whose keys end before the changed ones", p, after, before,
-      [&](std::int64_t b, std::int64_t, std::int64_t i) {
-        const VisibleKeys range = visible_key_range(p, b, i);
-        return range.count() == 0 || range.last < cut;
-      },
-      [](std::int64_t, std::int64_t, std::int64_t) { return false; });
+  const auto keep_q = [&](std::int64_t b, std::int64_t, std::int64_t i) {
+    const VisibleKeys range = visible_key_range(p, b, i);
+    return range.count() == 0 || range.last < cut;
+  };
+  const auto no_kv = [](std::int64_t, std::int64_t, std::int64_t) { return false; };
+  const std::int64_t compared = unchanged_rows(bed, "dQ of rows whose keys end before the changed ones", p,
+                                               {in, dout}, {changed, dout}, keep_q, no_kv);
   RC_TAG(compared > 0 ? "bitwise_rows=some" : "bitwise_rows=none");
   RC_ASSERT(compared > 0);  // by the choice of cut
 }
@@ -374,9 +420,8 @@ void backward_batch_and_head_independence(Subject& subject) {
       map_elements(in.v, [&](const Element& e, double x) { return in_target(e, 1) ? -x + 3 : x; })};
   const HostTensor changed_dout =
       map_elements(dout, [&](const Element& e, double x) { return in_target(e, p.group_size()) ? -2 * x + 0.5 : x; });
-  const GradientRows before = bed.run(p, in, dout), after = bed.run(p, changed, changed_dout);
-  const std::int64_t compared = bed.verify_bitwise(
-      "another (batch, head)'s inputs", p, after, before,
+  const std::int64_t compared = unchanged_rows(
+      bed, "another (batch, head)'s inputs", p, {in, dout}, {changed, changed_dout},
       [&](std::int64_t b, std::int64_t h, std::int64_t) { return b != target_b || h / p.group_size() != target_hk; },
       [&](std::int64_t b, std::int64_t hk, std::int64_t) { return b != target_b || hk != target_hk; });
   RC_TAG(compared > 0 ? "bitwise_rows=some" : "bitwise_rows=none");
@@ -431,16 +476,18 @@ const std::vector<SubjectProperty>& backward_properties() {
        has_backward, backward_key_sum},
       {"BackwardValueGradientsSumToDout", "Sum_j dV_j = Sum_i dO_i over the rows that see a key", has_backward,
        backward_value_sum},
-      {"BackwardLinearInDout", "dO -> 2^k dO scales dQ, dK, dV by 2^k (bitwise where no term nears the dtype's subnormals); "
-                               "dO = 0 gives 0",
+      {"BackwardLinearInDout", "dO -> 2^k dO scales dQ, dK, dV by 2^k (bitwise where no term nears the dtype's subnormals, "
+                               "for a deterministic backward); dO = 0 gives 0",
        has_backward, backward_linear_in_dout},
       {"BackwardGqaEqualsSummedMha", "GQA's gradients equal MHA's with repeated K/V, dK/dV summed over the group",
        backward_gqa, backward_gqa_equals_summed_mha},
       {"BackwardKeyValuePermutation", "permuting K and V rows permutes dK and dV and leaves dQ (unmasked)",
        backward_unmasked, backward_key_value_permutation},
-      {"BackwardCausalPrefix", "changing keys past a row's last visible key leaves its dQ bits unchanged",
+      {"BackwardCausalPrefix", "changing keys past a row's last visible key leaves its dQ bits unchanged (a backward not "
+       "declared deterministic: within the two runs' bounds)",
        backward_causal, backward_causal_prefix},
-      {"BackwardBatchAndHeadIndependence", "changing one (batch, head group) leaves every other's gradient bits",
+      {"BackwardBatchAndHeadIndependence", "changing one (batch, head group) leaves every other's gradient bits (a backward not declared "
+       "deterministic: within the two runs' bounds)",
        has_backward, backward_batch_and_head_independence},
       {"BackwardPaddedEqualsTrimmed", "each sequence of a padded batch has the gradients of that sequence alone",
        backward_varlen, backward_padded_equals_trimmed},

@@ -209,17 +209,29 @@ void BackwardTestbed::verify(std::string_view relation, const Problem& p, const 
   }
 }
 
-std::int64_t BackwardTestbed::verify_bitwise(
-    std::string_view relation, const Problem& p, const GradientRows& got, const GradientRows& want,
-    const std::function<bool(std::int64_t, std::int64_t, std::int64_t)>& keep_q,
-    const std::function<bool(std::int64_t, std::int64_t, std::int64_t)>& keep_kv) const {
-  const auto same = [](double x, double y) {
-    return std::memcmp(&x, &y, sizeof(double)) == 0 || (std::isnan(x) && std::isnan(y));
+namespace {
+
+// The rows keep_q and keep_kv select (valid rows only), element by element:
+// `same(x, y, tolerance)` or the relation fails. Returns how many dQ rows that
+// see a key and dK/dV rows that some query sees were compared.
+std::int64_t compare_rows(const BackwardTestbed& bed, std::string_view relation, const Problem& p,
+                          const GradientRows& got, const GradientRows& want, const GradientRows* tolerance,
+                          const std::function<bool(std::int64_t, std::int64_t, std::int64_t)>& keep_q,
+                          const std::function<bool(std::int64_t, std::int64_t, std::int64_t)>& keep_kv) {
+  // Bitwise without a tolerance (a NaN equals a NaN); within it otherwise,
+  // NaN and Inf in the same places.
+  const auto same = [bitwise = tolerance == nullptr](double x, double y, double allowed) {
+    if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && std::isnan(y);
+    if (bitwise) return std::memcmp(&x, &y, sizeof(double)) == 0;
+    if (std::isinf(x) || std::isinf(y)) return x == y;
+    return std::fabs(x - y) <= allowed;
   };
-  const auto changed = [&](const char* name, std::int64_t b, std::int64_t h, std::int64_t r, std::int64_t c, double x,
-                           double y) {
-    RC_FAIL(fmt::format("{}: {}(b={}, h={}, row={}, col={}) changed: {:.9g} -> {:.9g}{}", relation, name, b, h, r, c, x,
-                        y, shown_lines({&p})));
+  const auto check = [&](const char* name, std::int64_t b, std::int64_t h, std::int64_t r, std::int64_t c, double x,
+                         double y, double allowed) {
+    if (!same(x, y, allowed))
+      RC_FAIL(fmt::format("{}: {}(b={}, h={}, row={}, col={}) changed: {:.9g} -> {:.9g}{}{}", relation, name, b, h, r,
+                          c, x, y, tolerance ? fmt::format(" (allowed {:.3e})", allowed) : std::string(),
+                          bed.shown_lines({&p})));
   };
   std::int64_t compared = 0;
   for (std::int64_t b = 0; b < p.batch; ++b) {
@@ -232,23 +244,39 @@ std::int64_t BackwardTestbed::verify_bitwise(
       for (std::int64_t i = 0; i < p.len_q(b); ++i) {
         if (!keep_q(b, h, i)) continue;
         compared += visible_key_range(p, b, i).count() > 0;
+        const double* bound = tolerance ? tolerance->dq_row(b, h, i) : nullptr;
         for (std::int64_t c = 0; c < p.head_dim; ++c)
-          if (!same(want.dq_row(b, h, i)[c], got.dq_row(b, h, i)[c]))
-            changed("dQ", b, h, i, c, want.dq_row(b, h, i)[c], got.dq_row(b, h, i)[c]);
+          check("dQ", b, h, i, c, want.dq_row(b, h, i)[c], got.dq_row(b, h, i)[c], bound ? bound[c] : 0.0);
       }
     for (std::int64_t hk = 0; hk < p.heads_kv; ++hk)
       for (std::int64_t j = 0; j < p.len_kv(b); ++j) {
         if (!keep_kv(b, hk, j)) continue;
         compared += key_seen[j];
+        const double* dk_bound = tolerance ? tolerance->dk_row(b, hk, j) : nullptr;
+        const double* dv_bound = tolerance ? tolerance->dv_row(b, hk, j) : nullptr;
         for (std::int64_t c = 0; c < p.head_dim; ++c)
-          if (!same(want.dk_row(b, hk, j)[c], got.dk_row(b, hk, j)[c]))
-            changed("dK", b, hk, j, c, want.dk_row(b, hk, j)[c], got.dk_row(b, hk, j)[c]);
+          check("dK", b, hk, j, c, want.dk_row(b, hk, j)[c], got.dk_row(b, hk, j)[c], dk_bound ? dk_bound[c] : 0.0);
         for (std::int64_t c = 0; c < p.head_dim_v; ++c)
-          if (!same(want.dv_row(b, hk, j)[c], got.dv_row(b, hk, j)[c]))
-            changed("dV", b, hk, j, c, want.dv_row(b, hk, j)[c], got.dv_row(b, hk, j)[c]);
+          check("dV", b, hk, j, c, want.dv_row(b, hk, j)[c], got.dv_row(b, hk, j)[c], dv_bound ? dv_bound[c] : 0.0);
       }
   }
   return compared;
+}
+
+}  // namespace
+
+std::int64_t BackwardTestbed::verify_bitwise(
+    std::string_view relation, const Problem& p, const GradientRows& got, const GradientRows& want,
+    const std::function<bool(std::int64_t, std::int64_t, std::int64_t)>& keep_q,
+    const std::function<bool(std::int64_t, std::int64_t, std::int64_t)>& keep_kv) const {
+  return compare_rows(*this, relation, p, got, want, nullptr, keep_q, keep_kv);
+}
+
+std::int64_t BackwardTestbed::verify_rows_within(
+    std::string_view relation, const Problem& p, const GradientRows& got, const GradientRows& want,
+    const GradientRows& tolerance, const std::function<bool(std::int64_t, std::int64_t, std::int64_t)>& keep_q,
+    const std::function<bool(std::int64_t, std::int64_t, std::int64_t)>& keep_kv) const {
+  return compare_rows(*this, relation, p, got, want, &tolerance, keep_q, keep_kv);
 }
 
 // ---- gradient rows moved by a relation ------------------------------------------

@@ -3,6 +3,7 @@
 // on the flaws they speak of, and are tight enough to mean something; each
 // subject's gradients are within their per-element bounds of the f64 oracle.
 #include <gtest/gtest.h>
+#include <rapidcheck.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "flashcheck/oracles/cpu_f64.hpp"
 #include "flashcheck/oracles/cpu_f64_backward.hpp"
 #include "flashcheck/testing/backward_testbed.hpp"
+#include "flashcheck/testing/property_suite.hpp"
 
 namespace flashcheck::testing {
 namespace {
@@ -129,6 +131,50 @@ TEST(BackwardRelations, EachGradientIsWithinItsDerivedBoundOfTheOracle) {
       std::printf("%s %s: worst |err| / bound %.3f, largest bound / largest gradient %.2e\n",
                   std::string(subject->name()).c_str(), line, worst, largest_bound / largest_gradient);
     }
+}
+
+// A backward whose sums run in another order on each call, as a kernel that
+// adds dQ with atomics does: odd calls are cpu-plain's (every sum in index
+// order), even ones cpu-fa2-tiles' (Algorithm 2's tiles), two correct
+// backwards that round differently. Declared deterministic or not, as asked;
+// the domain is cpu-fa2-tiles' (the narrower).
+class ReorderedSums final : public Subject {
+ public:
+  explicit ReorderedSums(bool declares_deterministic) : caps_(tiles_.capabilities()) {
+    caps_.backward_deterministic = declares_deterministic;
+  }
+  std::string_view name() const override { return "cpu-reordered-sums"; }
+  std::string_view description() const override { return "cpu-plain's and cpu-fa2-tiles' backward, call by call"; }
+  const Capabilities& capabilities() const override { return caps_; }
+  RunResult run(const Problem& p, const Inputs& in) override { return tiles_.run(p, in); }
+  BackwardResult run_backward(const Problem& p, const BackwardInputs& in) override {
+    return ++calls_ % 2 ? plain_.run_backward(p, in) : tiles_.run_backward(p, in);
+  }
+
+ private:
+  CpuPlain plain_;
+  CpuFa2Tiles tiles_;
+  Capabilities caps_;
+  std::uint64_t calls_ = 0;
+};
+
+// The three relations that compare two calls' rows bitwise (linearity in dO,
+// the causal prefix, batch and head independence) hold a backward declared
+// deterministic to every bit, and one that is not (atomics) to the two runs'
+// derived bounds: the reordered sums pass them undeclared and fail them
+// declared deterministic.
+TEST(BackwardRelations, TwoCallsOfABackwardNotDeclaredDeterministicAgreeWithinTheirBounds) {
+  for (const bool declared : {false, true}) {
+    ReorderedSums subject(declared);
+    for (const SubjectProperty& property : backward_properties()) {
+      const std::string_view name = property.name;
+      if (name != "BackwardLinearInDout" && name != "BackwardCausalPrefix" && name != "BackwardBatchAndHeadIndependence")
+        continue;
+      SCOPED_TRACE(std::string(name) + (declared ? ", declared deterministic" : ", not declared deterministic"));
+      const bool passed = rc::check(std::string(name), [&] { property.check(subject); });
+      EXPECT_EQ(passed, !declared);
+    }
+  }
 }
 
 }  // namespace

@@ -109,6 +109,14 @@ class BackwardTestbed {
                               const GradientRows& want,
                               const std::function<bool(std::int64_t, std::int64_t, std::int64_t)>& keep_q,
                               const std::function<bool(std::int64_t, std::int64_t, std::int64_t)>& keep_kv) const;
+  /// The same rows within `tolerance` per element (and their NaN/Inf classes
+  /// equal): what two calls of a subject whose backward is not declared
+  /// deterministic (dQ added by atomics, in another order each call) can be
+  /// held to, the two runs' derived bounds summed.
+  std::int64_t verify_rows_within(std::string_view relation, const Problem& problem, const GradientRows& got,
+                                  const GradientRows& want, const GradientRows& tolerance,
+                                  const std::function<bool(std::int64_t, std::int64_t, std::int64_t)>& keep_q,
+                                  const std::function<bool(std::int64_t, std::int64_t, std::int64_t)>& keep_kv) const;
 
   /// The rule's max bound (k_g x baseline + floor) for a transformed case: the
   /// same-precision baseline's gradients `baseline` (computed on the
