@@ -232,8 +232,17 @@ void add_property_tests(Subject& subject) { add_property_tests(subject, "Subject
 
 void add_property_tests(Subject& subject, std::string_view suite) {
   const std::string suite_name(suite);
+  // A forward borrowed from another subject (Capabilities::forward_from) is
+  // tested there: only the backward properties run here.
+  const bool forward_borrowed = !subject.capabilities().forward_from.empty();
+  const auto is_backward = [](const SubjectProperty& property) {
+    for (const SubjectProperty& backward : backward_properties())
+      if (backward.name == property.name) return true;
+    return false;
+  };
   for (const SubjectProperty& property : subject_properties()) {
     if (!property.applies(subject.capabilities())) continue;
+    if (forward_borrowed && !is_backward(property)) continue;
     Subject* under_test = &subject;
     const SubjectProperty* checked = &property;
     ::testing::RegisterTest(suite_name.c_str(), std::string(property.name).c_str(), nullptr, nullptr, __FILE__,

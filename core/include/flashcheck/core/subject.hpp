@@ -120,6 +120,11 @@ struct Capabilities {
   bool backward_single_position = true;
   /// Documented differences from flashcheck's conventions (empty: none).
   std::string_view known_deviations;
+  /// A backward subject whose forward (Subject::run) is another registered
+  /// subject's kernel, named here (empty: its own). The property suite then
+  /// holds it to the backward properties only: its forward's are that
+  /// subject's, and running them again proves nothing new.
+  std::string_view forward_from;
 
   bool accepts_head_dim(std::int64_t d) const;
 };

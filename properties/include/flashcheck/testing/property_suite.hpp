@@ -29,7 +29,9 @@ namespace flashcheck::testing {
 /// name other than letters and digits become '_'). Call after
 /// ::testing::InitGoogleTest and before RUN_ALL_TESTS; `subject` must outlive
 /// the run. Registered explicitly (::testing::RegisterTest), with no static
-/// initialisation: nothing is lost when linked from a static library.
+/// initialisation: nothing is lost when linked from a static library. A
+/// subject whose forward is another's (Capabilities::forward_from) gets the
+/// backward properties only.
 void add_property_tests(Subject& subject);
 /// The same, as tests <suite>.<Property>. A GPU subject's tests are SKIPPED
 /// where it cannot run (no device, too old an architecture), never passed.

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "flashcheck/core/subject.hpp"
+#include "flashcheck/kernels/backward/rowthread.hpp"
 
 namespace flashcheck::kernels {
 
@@ -52,6 +53,7 @@ inline constexpr Capabilities kMmaBackwardCapabilities = {
     .accumulator_max = std::numeric_limits<float>::max(),
     .backward = true,
     .backward_deterministic = false,  // dQ's atomicAdd order varies from run to run
+    .forward_from = kRowthreadBackwardName,  // its forward kernel; the forward properties run there
 };
 
 /// fa2-mma-bwd-det's domain: fa2-mma-bwd's, bitwise repeatable (every sum in
