@@ -166,7 +166,8 @@ void to_json(json& j, const GradientCondition& c) {
        {"dq_terms_max", number(c.dq_terms_max)}, {"dk_terms_max", number(c.dk_terms_max)},
        {"dv_terms_max", number(c.dv_terms_max)}, {"dq_logit_terms_max", number(c.dq_logit_terms_max)},
        {"dk_logit_terms_max", number(c.dk_logit_terms_max)}, {"dv_logit_terms_max", number(c.dv_logit_terms_max)},
-       {"dq_delta", number(c.dq_delta)},         {"dk_delta", number(c.dk_delta)}};
+       {"dq_delta", number(c.dq_delta)},         {"dk_delta", number(c.dk_delta)},
+       {"operand_roundoff", number(c.operand_roundoff)}};
 }
 
 void to_json(json& j, const Verdict& v) {
@@ -611,7 +612,8 @@ void from_json(const json& j, CaseRecord& r) {
                                   {"dq_logit_terms_max", &condition.dq_logit_terms_max},
                                   {"dk_logit_terms_max", &condition.dk_logit_terms_max},
                                   {"dv_logit_terms_max", &condition.dv_logit_terms_max},
-                                  {"dq_delta", &condition.dq_delta}, {"dk_delta", &condition.dk_delta}})
+                                  {"dq_delta", &condition.dq_delta}, {"dk_delta", &condition.dk_delta},
+                                  {"operand_roundoff", &condition.operand_roundoff}})
           *field = optional_real(*c, key, "gradient_condition").value_or(0.0);
         d.gradient_condition = condition;
       }

@@ -192,7 +192,7 @@ Verdict decide_gradients(const GradientMetrics& subject, const GradientMetrics& 
   // logit: X_g; delta: the handed O's rounding through D.
   const auto floor = [&](double scale, double terms, double magnitude, double logit, double delta) {
     return noise_floor(out_dtype, scale) + delta + accumulation_noise(std::sqrt(std::max(terms, 1.0)) * std::max(scale, magnitude)) +
-           kLogitRoundings * unit_roundoff(DType::f32) * logit;
+           kLogitRoundings * unit_roundoff(DType::f32) * logit + condition.operand_roundoff * (magnitude + delta);
   };
   const struct {
     const char* name;

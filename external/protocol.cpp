@@ -67,6 +67,7 @@ nlohmann::json to_json(const Capabilities& c) {
                       {"min_compute_capability", c.min_compute_capability},
                       {"backward", c.backward},
                       {"backward_deterministic", c.backward_deterministic},
+                      {"backward_operands_in_dtype", c.backward_operands_in_dtype},
                       {"known_deviations", std::string(c.known_deviations)}};
   if (c.head_dims[0] != 0) {
     j["head_dims"] = nlohmann::json::array();
@@ -128,11 +129,12 @@ Capabilities capabilities_from_json(const nlohmann::json& j, std::string& deviat
     else if (key == "tile_kv") c.tile_kv = integer(1, 1 << 16);
     else if (key == "needs_gpu") c.needs_gpu = boolean();
     else if (key == "min_compute_capability") c.min_compute_capability = static_cast<int>(integer(0, 1000));
-    else if (key == "backward" || key == "backward_deterministic") {
+    else if (key == "backward" || key == "backward_deterministic" || key == "backward_operands_in_dtype") {
       // A version-1 worker would be sent backward requests it cannot read.
       if (protocol < 2)
         throw std::runtime_error(fmt::format("capabilities.{}: needs protocol 2 (the worker speaks {})", key, protocol));
-      (key == "backward" ? c.backward : c.backward_deterministic) = boolean();
+      (key == "backward" ? c.backward : key == "backward_deterministic" ? c.backward_deterministic
+                                                                          : c.backward_operands_in_dtype) = boolean();
     } else if (key == "compute_dtype") {
       const auto dtype = value.is_string() ? parse_dtype(value.get<std::string>()) : std::nullopt;
       if (!dtype) throw std::runtime_error(fmt::format("capabilities.compute_dtype: unknown dtype {}", value.dump()));
@@ -152,6 +154,8 @@ Capabilities capabilities_from_json(const nlohmann::json& j, std::string& deviat
                                          c.max_head_dim));
   if (c.backward_deterministic && !c.backward)
     throw std::runtime_error("capabilities: backward_deterministic without backward (a backward it does not have)");
+  if (c.backward_operands_in_dtype && !c.backward)
+    throw std::runtime_error("capabilities: backward_operands_in_dtype without backward (a backward it does not have)");
   c.known_deviations = deviations;
   return c;
 }

@@ -87,7 +87,10 @@ def capabilities(subject, torch):
     """Each backend's domain (its sdp_utils checks in torch 2.11; observed on the H200), the
     backward included: the same domain, torch's own checks with requires_grad refusing the rest."""
     caps = forward_capabilities(backend_of(subject), torch)
-    caps.update(backward=True, backward_deterministic=BACKWARD_DETERMINISTIC[subject])
+    # Every backend feeds P and dS to its products in the working dtype: the
+    # fused kernels as tensor-core operands, math as autograd in that dtype.
+    caps.update(backward=True, backward_deterministic=BACKWARD_DETERMINISTIC[subject],
+                backward_operands_in_dtype=True)
     if subject.endswith("-det"):
         caps["known_deviations"] += "; under torch.use_deterministic_algorithms(True)"
     return caps

@@ -187,8 +187,8 @@ bool judge_every_row_gradients(CaseResult& result, const Inputs& inputs, const H
   auto start = std::chrono::steady_clock::now();
   GradientRows reference = kokkos_gradients(problem, inputs, dout, every, every_kv, {}, space, /*with_condition=*/true);
   result.oracle_ms += elapsed_ms(start);
-  const GradientCondition condition =
-      gradient_condition(problem, reference, exact_forward, handed_forward, inputs, dout);
+  GradientCondition condition = gradient_condition(problem, reference, exact_forward, handed_forward, inputs, dout);
+  condition.operand_roundoff = result.gradient_condition.operand_roundoff;  // the subject's, set by judge_backward
   const GradientCrossCheck check = cross_check_gradients(problem, reference, sampled_reference, condition);
   const std::int64_t sampled_q = result.rows.size(), sampled_kv = result.kv_rows.size();
   if (!check.agrees()) {

@@ -396,6 +396,8 @@ CaseResult judge_backward(Subject& subject, const Problem& problem, const Inputs
       compare_gradients(problem, gather_gradients(problem, run.gradients, result.rows, result.kv_rows), reference,
                         problem.dtype);
   result.gradient_condition = gradient_condition(problem, reference, exact_forward, handed.forward, inputs, dout);
+  if (caps.backward_operands_in_dtype)
+    result.gradient_condition.operand_roundoff = unit_roundoff(caps.compute_dtype.value_or(problem.dtype));
   result.verdict = decide_gradients(result.subject_gradients, result.baseline_gradients, problem.dtype,
                                     result.gradient_condition);
   result.rows_visible = visible_compared_rows(problem, result.rows);

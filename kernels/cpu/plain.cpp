@@ -181,7 +181,12 @@ BackwardResult CpuPlain::run_backward(const Problem& p, const BackwardInputs& in
               float dprob = 0;
               for (std::int64_t c = 0; c < dv; ++c)
                 dprob += static_cast<float>(in.dout.get(b, h, i, c)) * static_cast<float>(in.inputs.v.get(b, hk, j, c));
-              const float dscore = prob * (dprob - delta) * chains[j] * ds_scale;
+              float dscore = prob * (dprob - delta) * chains[j] * ds_scale;
+              float prob_v = prob;
+              if (operands_in_dtype_) {  // cpu-plain-tc: the dtype's operands, as a tensor core's
+                dscore = static_cast<float>(round_to(p.dtype, prob * (dprob - delta) * chains[j])) * ds_scale;
+                prob_v = static_cast<float>(round_to(p.dtype, prob));
+              }
               if (reduce)
                 for (std::int64_t c = 0; c < d; ++c)
                   dk[j * d + c] += dscore * static_cast<float>(in.inputs.q.get(b, h, i, c));
@@ -189,7 +194,7 @@ BackwardResult CpuPlain::run_backward(const Problem& p, const BackwardInputs& in
               for (std::int64_t c = 0; c < d; ++c) dq[c] += dscore * static_cast<float>(in.inputs.k.get(b, hk, j, c));
               if (reduce)
                 for (std::int64_t c = 0; c < dv; ++c)
-                  dvs[j * dv + c] += prob * static_cast<float>(in.dout.get(b, h, i, c));
+                  dvs[j * dv + c] += prob_v * static_cast<float>(in.dout.get(b, h, i, c));
             }
           }
           if (flaw_ == PlainFlaw::bwd_d256_only_wrong && d == 256) dq[d - 1] = 0.0f;
@@ -209,6 +214,16 @@ BackwardResult CpuPlain::run_backward(const Problem& p, const BackwardInputs& in
 
 namespace {
 SubjectRegistration<CpuPlain> registration;
+struct TensorCoreOperands {
+  TensorCoreOperands() {
+    Registry::instance().add([] {
+      return std::make_unique<CpuPlain>(kCpuPlainTcName,
+                                        "cpu-plain with P and dS rounded to the dtype before the backward's products, "
+                                        "as tensor-core kernels do",
+                                        PlainFlaw::none, /*operands_in_dtype=*/true);
+    });
+  }
+} tensor_core_operands;
 }
 
 }  // namespace flashcheck

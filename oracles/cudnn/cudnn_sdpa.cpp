@@ -140,6 +140,7 @@ constexpr Capabilities kCapabilities = {
     .geometry_pool = 24,
     .backward = true,
     .backward_deterministic = true,  // set_deterministic_algorithm(true) on every backward graph
+    .backward_operands_in_dtype = true,  // P and dS in the dtype for its tensor-core products
     .backward_single_position = false,  // "s_q = s_kv = 1 is not supported" (sdpa_backward's validation)
     .known_deviations = "masked keys' non-finite values leak into O (0 x NaN); subnormal inputs may be flushed to zero; "
                         "bottom-right alignment (causal_br, window) with max seqlen_q > seqlen_kv is refused, and so "

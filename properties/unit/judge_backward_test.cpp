@@ -145,6 +145,41 @@ TEST(JudgeBackward, NothingComparedIsVacuousAndAForwardOnlySubjectIsUnsupported)
   EXPECT_NE(refused.message.find("pass=bwd"), std::string::npos) << refused.message;
 }
 
+// A backward that rounds P and dS to the dtype before its products, as
+// tensor-core kernels do (cpu-plain-tc, a CPU stand-in that gave cuDNN's and
+// fa2-mma-bwd's dQ to the last digit on these lines, found failing on an H100
+// by the sweeps of 2026-11-26): on values=ties cases the baseline's P and dS
+// are exact (error 0) and the floor decides. With the operands' rounding in
+// the floor (Capabilities::backward_operands_in_dtype) each passes; without
+// it each fails, at the ratios seen on the GPU (1.00 to 1.40).
+TEST(JudgeBackward, TensorCoreOperandsAreCountedInTheFloorOnTiesCases) {
+  const char* lines[] = {
+      "b=1 hq=2 hkv=1 sq=17 skv=113 d=64 dtype=bf16 mask=window window=0,1 scale=0.125 values=ties(1) pass=bwd "
+      "dout=normal(-1.9,0.6) gseed=148514 dseed=183484",
+      "b=1 hq=1 hkv=1 sq=11 skv=97 d=64 dtype=bf16 mask=window window=0,1 scale=0.125 values=ties(1) pass=bwd "
+      "dout=normal(-1.9,0.1)",
+      "b=1 hq=16 hkv=2 sq=1 skv=2 d=64 dtype=f16 mask=causal_br scale=0.125 values=ties(1) pass=bwd "
+      "dout=outliers(0.001,100) dseed=29",
+      "b=1 hq=4 hkv=2 sq=20 skv=512 lens_q=2 lens_kv=21 d=64 dtype=bf16 mask=causal_tl scale=0.125 values=ties(1) "
+      "pass=bwd dout=uniform(-1,1) gseed=88291 dseed=81068",
+  };
+  CpuPlain tensor_core(kCpuPlainTcName, "cpu-plain-tc", PlainFlaw::none, /*operands_in_dtype=*/true);
+  ASSERT_TRUE(tensor_core.capabilities().backward_operands_in_dtype);
+  for (const char* line : lines) {
+    SCOPED_TRACE(line);
+    const CaseResult judged = judge(tensor_core, parse_problem(line));
+    ASSERT_EQ(judged.status, Status::ok) << explain(judged);
+    EXPECT_TRUE(judged.passed()) << explain(judged);
+    EXPECT_GT(judged.gradient_condition.operand_roundoff, 0);
+    GradientCondition f32_operands = judged.gradient_condition;
+    f32_operands.operand_roundoff = 0;
+    const Verdict without = decide_gradients(judged.subject_gradients, judged.baseline_gradients,
+                                             judged.problem.dtype, f32_operands);
+    EXPECT_FALSE(without.pass) << "the floor without the operands' rounding: " << without.rule;
+    EXPECT_GE(without.worst_ratio, 1.0);
+  }
+}
+
 TEST(JudgeBackward, AForwardProblemIsNotABackwardOne) {
   CpuPlain plain;
   const Problem forward = parse_problem("b=1 hq=1 sq=4 skv=4 d=8 dtype=f32");

@@ -113,6 +113,13 @@ struct Capabilities {
   /// property holds a subject that declares it to every bit; any other subject
   /// to the tolerance.
   bool backward_deterministic = false;
+  /// The backward rounds P and dS to the working dtype before the products
+  /// dV = P^T dO, dQ = dS K and dK = dS^T Q, as tensor-core kernels must
+  /// (FlashAttention-2's and -3's backward, cuDNN's, the mma family's): the
+  /// backward rule's floor then counts one rounding of that dtype per term
+  /// (GradientCondition::operand_roundoff), which a subject with f32 operands
+  /// is not given.
+  bool backward_operands_in_dtype = false;
   /// The backward takes seqlen_q = seqlen_kv = 1 (the padded lengths). cuDNN's
   /// sdpa_backward refuses it at validation ("s_q = s_kv = 1 is not
   /// supported", cuDNN 9.14 and 9.19 on an H200), 6 of 13 discarded draws of

@@ -255,6 +255,19 @@ inline constexpr double kGradientBaselineFactor = 2.0;
 ///   (bounds, computed by the judge from the exact and the handed O; a fuzz
 ///   sweep of cpu-plain failed dQ at f16 where dQ cancels, ratio 1.01,
 ///   before this term).
+/// + operand_roundoff (T_g + delta_g), for a subject that rounds P and dS to
+///   the working dtype before its products (Capabilities::
+///   backward_operands_in_dtype; 0 for one with f32 operands): each term
+///   P_ij dO_i, dS_ij K_j, dS_ij Q_i then carries one rounding of that dtype,
+///   at most u_w times the sum of the terms' magnitudes, T_g, plus the part
+///   of dS that the handed O's rounding adds (delta_g). The baseline rounds
+///   the same operands, so its error usually covers this; where every value
+///   is exact in the dtype (values=ties) the baseline's P and dS are exact and
+///   its error 0, while a subject handed an f32 LSE has a P off by u_f32, a
+///   dS that no longer cancels exactly, and the dtype's rounding of each dS:
+///   cuDNN 9.19, fa2-mma-bwd and a CPU emulation (cpu-plain-tc) gave the
+///   same dQ error, 1.00 to 1.27 times the floor without this term, on an
+///   H100 (2026-11-26), where fa2-rowthread-bwd (f32 operands) stays at 0.93.
 struct GradientCondition {
   double dq_terms = 1, dkv_terms = 1;
   /// From the f64 oracle's gradients (GradientRows), 0 where not known.
@@ -262,6 +275,9 @@ struct GradientCondition {
   double dq_logit_terms_max = 0, dk_logit_terms_max = 0, dv_logit_terms_max = 0;
   /// The handed O's rounding through D (absolute), 0 where not known.
   double dq_delta = 0, dk_delta = 0;
+  /// u of the dtype the subject rounds P and dS to before its products (0:
+  /// f32 operands, whose roundings the accumulation term already counts).
+  double operand_roundoff = 0;
   friend bool operator==(const GradientCondition&, const GradientCondition&) = default;
 };
 

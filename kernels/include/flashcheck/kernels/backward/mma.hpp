@@ -53,6 +53,7 @@ inline constexpr Capabilities kMmaBackwardCapabilities = {
     .accumulator_max = std::numeric_limits<float>::max(),
     .backward = true,
     .backward_deterministic = false,  // dQ's atomicAdd order varies from run to run
+    .backward_operands_in_dtype = true,  // P^T and dS^T rounded to the dtype as the mma's A operands
     .forward_from = kRowthreadBackwardName,  // its forward kernel; the forward properties run there
 };
 

@@ -53,20 +53,37 @@ inline constexpr Capabilities kCpuPlainCapabilities = {
     .backward_deterministic = true,
 };
 
+/// cpu-plain-tc: cpu-plain whose backward rounds P and dS to the dtype before
+/// the products dV = P^T dO, dQ = dS K and dK = dS^T Q, as a tensor-core
+/// kernel's operands are (FlashAttention-2's backward, cuDNN's, fa2-mma-bwd);
+/// the rest in f32 as cpu-plain. A CPU stand-in for those kernels' arithmetic,
+/// so that the backward rule's treatment of them (Capabilities::
+/// backward_operands_in_dtype) is tested without a GPU: on values=ties cases
+/// it gives cuDNN's and fa2-mma-bwd's dQ to the last digit (H100, 2026-11-26).
+inline constexpr std::string_view kCpuPlainTcName = "cpu-plain-tc";
+inline constexpr Capabilities kCpuPlainTcCapabilities = [] {
+  Capabilities caps = kCpuPlainCapabilities;
+  caps.backward_operands_in_dtype = true;
+  return caps;
+}();
+
 class CpuPlain final : public Subject {
  public:
   CpuPlain(std::string_view name = "cpu-plain", std::string_view description =
                                                     "textbook attention on the CPU in f32 (the mutants' control)",
-           PlainFlaw flaw = PlainFlaw::none)
-      : name_(name), description_(description), flaw_(flaw) {}
+           PlainFlaw flaw = PlainFlaw::none, bool operands_in_dtype = false)
+      : name_(name), description_(description), flaw_(flaw), operands_in_dtype_(operands_in_dtype) {}
   std::string_view name() const override { return name_; }
   std::string_view description() const override { return description_; }
-  const Capabilities& capabilities() const override { return kCpuPlainCapabilities; }
+  const Capabilities& capabilities() const override {
+    return operands_in_dtype_ ? kCpuPlainTcCapabilities : kCpuPlainCapabilities;
+  }
   RunResult run(const Problem& problem, const Inputs& inputs) override;
   /// The textbook backward in f32: P recomputed from Q and K, D_i = rowsum(dO o O)
   /// from the O it is handed, dS = P o (dP - D), dQ = scale dS K, dK = scale
   /// dS^T Q, dV = P^T dO, each sum accumulated in f32 in index order and
-  /// rounded once to the dtype; dK and dV summed over the GQA group.
+  /// rounded once to the dtype; dK and dV summed over the GQA group. As
+  /// cpu-plain-tc, P and dS (before the scale) rounded to the dtype first.
   BackwardResult run_backward(const Problem& problem, const BackwardInputs& inputs) override;
 
  private:
@@ -74,6 +91,7 @@ class CpuPlain final : public Subject {
 
   std::string_view name_, description_;
   PlainFlaw flaw_;
+  bool operands_in_dtype_;  // cpu-plain-tc: P and dS rounded to the dtype before their products
 };
 
 }  // namespace flashcheck
