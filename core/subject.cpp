@@ -136,7 +136,13 @@ std::string describe(const Capabilities& caps) {
   if (caps.split_kv) text += " split_kv";
   if (caps.softcap) text += " softcap";
   if (caps.alibi) text += " alibi";
-  if (caps.backward) text += caps.backward_deterministic ? " backward(deterministic)" : " backward";
+  if (caps.backward) {
+    std::vector<std::string> traits;
+    if (caps.backward_deterministic) traits.emplace_back("deterministic");
+    if (caps.backward_operands_in_dtype) traits.emplace_back("operands_in_dtype");
+    text += traits.empty() ? " backward" : fmt::format(" backward({})", fmt::join(traits, ","));
+  }
+  if (!caps.forward_from.empty()) text += fmt::format(" forward_from={}", caps.forward_from);
   if (caps.accumulator_max > 0) text += fmt::format(" accumulator_max={:.3g}", caps.accumulator_max);
   if (!caps.known_deviations.empty()) text += fmt::format(" deviations=\"{}\"", caps.known_deviations);
   return text;

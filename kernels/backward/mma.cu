@@ -41,7 +41,11 @@
 //   dQ (deterministic) 176 / 220. Dynamic shared memory a block: dK/dV
 //   33 KiB (d=64) / 48.5 KiB (d=128), with the atomic dQ 41 / 52.5 KiB;
 //   dQ 32 / 64 KiB.
-// Speed: not yet measured.
+// Speed (H100, 2026-11-26, flashcheck bench, median of 10; docs/perf.md "The
+// mma.sync backward"): b=1 hq=64 hkv=8 sq=skv=4096 d=128 bf16: fa2-mma-bwd
+// 15.49 ms (89 TFLOP/s at 2.5 forwards), fa2-mma-bwd-det 11.64 ms (118);
+// torch's FlashAttention-2 backward 4.92 ms, flashcheck's cuDNN 9.14 graph
+// 3.06 ms. At 16384 keys: 220.9 and 188.3 ms (FA2 70.2, cuDNN 46.6).
 #include "backward/mma_kernel.cuh"
 
 namespace flashcheck::kernels {

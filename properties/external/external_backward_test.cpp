@@ -91,11 +91,12 @@ TEST(ExternalBackwardProtocol, TheBackwardKeysNeedProtocol2) {
   Capabilities c;
   c.dtypes = {DType::f16};
   c.masks = {MaskKind::none};
-  c.backward = c.backward_deterministic = true;
+  c.backward = c.backward_deterministic = c.backward_operands_in_dtype = true;
   std::string deviations;
   const Capabilities back = capabilities_from_json(to_json(c), deviations, 2);
   EXPECT_TRUE(back.backward);
   EXPECT_TRUE(back.backward_deterministic);
+  EXPECT_TRUE(back.backward_operands_in_dtype);
   try {
     capabilities_from_json(to_json(c), deviations, 1);
     ADD_FAILURE() << "a version-1 worker declared a backward";
@@ -106,6 +107,9 @@ TEST(ExternalBackwardProtocol, TheBackwardKeysNeedProtocol2) {
   }
   const auto lonely = nlohmann::json::parse(R"({"dtypes": ["f16"], "masks": ["none"], "backward_deterministic": true})");
   EXPECT_THROW(capabilities_from_json(lonely, deviations, 2), std::runtime_error);
+  const auto operands_alone =
+      nlohmann::json::parse(R"({"dtypes": ["f16"], "masks": ["none"], "backward_operands_in_dtype": true})");
+  EXPECT_THROW(capabilities_from_json(operands_alone, deviations, 2), std::runtime_error);
 }
 
 TEST(ExternalBackward, ACorrectWorkerPassesTheBackwardRule) {
