@@ -97,16 +97,22 @@ double nominal_flops(const Problem& problem, std::int64_t rows) {
 // The Kokkos reference on every row, timed end to end; its first run (Kokkos
 // and CUDA start-up) is a warm-up. Then cpu_f64 on sampled rows must agree to
 // f64 rounding (the triangulation property's 1e-12 normwise).
+// The first lines of a Kokkos bench: what runs where, on which problem, with which tiling.
+void print_kokkos_run(const char* what, const Problem& problem, const BenchOptions& options,
+                      const KokkosTiling& tiling) {
+  fmt::print("bench-oracle: {} on the {} ({}), problem {}\n", what, options.kokkos, kokkos_description(),
+             to_line(problem));
+  fmt::print("  tiling: {} query rows per team, {} keys per tile, {} threads per team\n", tiling.rows_per_team,
+             tiling.key_tile, tiling.team_size);
+}
+
 // The every-row gradient reference (Algorithm 2 with the conditioning, as
 // the judge's every-row check runs it), timed end to end after a warm-up,
 // then cross-checked against cpu_f64's gradients on sampled rows, as the
 // judge does; with --baseline, the same-precision gradient baseline too.
 int bench_kokkos_gradients(const Problem& problem, const BenchOptions& options, KokkosSpace space) {
   const KokkosTiling tiling = kokkos_fitted_gradient_tiling(problem, options.tiling, space);
-  fmt::print("bench-oracle: kokkos_f64 gradients on the {} ({}), problem {}\n", options.kokkos, kokkos_description(),
-             to_line(problem));
-  fmt::print("  tiling: {} query rows per team, {} keys per tile, {} threads per team\n", tiling.rows_per_team,
-             tiling.key_tile, tiling.team_size);
+  print_kokkos_run("kokkos_f64 gradients", problem, options, tiling);
   auto start = std::chrono::steady_clock::now();
   const Inputs inputs = generate_inputs(problem);
   const HostTensor dout = generate_dout(problem);
@@ -124,7 +130,8 @@ int bench_kokkos_gradients(const Problem& problem, const BenchOptions& options, 
              "TFLOP/s (2.5x forward){}\n",
              median(times), times.size(), tflops, problem.mask == MaskKind::none ? "" : " (nominal: masked pairs counted)");
 
-  const RowSet sample = sample_rows(problem, options.check_rows, 1), key_sample = sample_key_rows(problem, options.check_rows, 2);
+  const RowSet sample = sample_rows(problem, options.check_rows, 1);
+  const RowSet key_sample = sample_key_rows(problem, options.check_rows, 2);
   start = std::chrono::steady_clock::now();
   const GradientRows sampled = cpu_f64_gradients(problem, inputs, dout, sample, key_sample);
   const double oracle_seconds = seconds_since(start);
@@ -147,10 +154,7 @@ int bench_kokkos(const Problem& problem, const BenchOptions& options) {
   const KokkosSpace space = options.kokkos == "device" ? KokkosSpace::device : KokkosSpace::host;
   if (problem.pass == Pass::bwd) return bench_kokkos_gradients(problem, options, space);
   const KokkosTiling tiling = kokkos_fitted_tiling(problem, options.tiling, space);
-  fmt::print("bench-oracle: kokkos_f64 on the {} ({}), problem {}\n", options.kokkos, kokkos_description(),
-             to_line(problem));
-  fmt::print("  tiling: {} query rows per team, {} keys per tile, {} threads per team\n", tiling.rows_per_team,
-             tiling.key_tile, tiling.team_size);
+  print_kokkos_run("kokkos_f64", problem, options, tiling);
   auto start = std::chrono::steady_clock::now();
   const Inputs inputs = generate_inputs(problem);
   fmt::print("  inputs generated in {:.2f} s\n", seconds_since(start));

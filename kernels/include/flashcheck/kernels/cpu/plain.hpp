@@ -64,6 +64,7 @@ inline constexpr std::string_view kCpuPlainTcName = "cpu-plain-tc";
 inline constexpr Capabilities kCpuPlainTcCapabilities = [] {
   Capabilities caps = kCpuPlainCapabilities;
   caps.backward_operands_in_dtype = true;
+  caps.forward_from = "cpu-plain";  // the same forward: its properties run there
   return caps;
 }();
 
