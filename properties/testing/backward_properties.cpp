@@ -30,6 +30,13 @@ bool backward_causal(const Capabilities& caps) {
 
 DType working_dtype(const Capabilities& caps, const Problem& p) { return caps.compute_dtype.value_or(p.dtype); }
 
+// x + y_factor y, element by element (two runs' bounds, one of them scaled).
+GradientRows plus(GradientRows x, const GradientRows& y, double y_factor = 1) {
+  for (auto [to, from] : {std::pair{&x.dq, &y.dq}, {&x.dk, &y.dk}, {&x.dv, &y.dv}})
+    for (std::size_t n = 0; n < to->size(); ++n) (*to)[n] += y_factor * (*from)[n];
+  return x;
+}
+
 // The f64 forward of (p, inputs) on every row, and what a subject is handed from it.
 struct Forward {
   AttentionRows exact;
@@ -188,11 +195,8 @@ void backward_linear_in_dout(Subject& subject) {
   std::optional<GradientRows> order_bound;
   if (!bed.capabilities().backward_deterministic) {
     const DType working = working_dtype(bed.capabilities(), p);
-    order_bound = gradient_error_bounds(p, in, scaled, f.exact, f.handed, got_call, working);
-    const GradientRows base_bound = gradient_error_bounds(p, in, dout, f.exact, f.handed, base_call, working);
-    for (auto [to, from] : {std::pair{&order_bound->dq, &base_bound.dq}, {&order_bound->dk, &base_bound.dk},
-                            {&order_bound->dv, &base_bound.dv}})
-      for (std::size_t n = 0; n < to->size(); ++n) (*to)[n] += factor * (*from)[n];
+    order_bound = plus(gradient_error_bounds(p, in, scaled, f.exact, f.handed, got_call, working),
+                       gradient_error_bounds(p, in, dout, f.exact, f.handed, base_call, working), factor);
     RC_TAG("linearity=within the runs' bounds (not deterministic)");
   }
   // A kernel may store its intermediates (P, dS) in the problem's dtype for
@@ -274,12 +278,6 @@ BoundedRun bounded_run(const BackwardTestbed& bed, const Problem& p, const Input
   const Gradients got = bed.call(p, BackwardInputs{in, f.handed, dout});
   return {gather_gradients(p, got, all_rows(p), all_key_rows(p)),
           gradient_error_bounds(p, in, dout, f.exact, f.handed, got, working_dtype(bed.capabilities(), p))};
-}
-
-GradientRows plus(GradientRows x, const GradientRows& y) {
-  for (auto [to, from] : {std::pair{&x.dq, &y.dq}, {&x.dk, &y.dk}, {&x.dv, &y.dv}})
-    for (std::size_t n = 0; n < to->size(); ++n) (*to)[n] += (*from)[n];
-  return x;
 }
 
 // The rows a change of the inputs must leave alone, from a run on `before`
