@@ -7,45 +7,58 @@
 // (mma/ptx.cuh), the swizzled shared tiles and their cp.async copies
 // (mma/tiles.cuh), and the P V product read from C fragments (mma/products.cuh,
 // common/softmax.cuh).
-// What changed from fa2-rowthread-bwd: the products run on tensor cores. A
-// warp owns 16 keys (dK/dV) or 16 query rows (dQ) as the M rows of m16 tiles,
-// in blocks of 4 warps; the operands come from swizzled shared tiles through
-// ldmatrix, and P^T and dS^T, computed in f32 in the C fragments, are rounded
-// to the dtype once, as the A operands of dV += P^T dO and dK += dS^T Q (and
-// dS of dQ += dS K), as FlashAttention-2 does. Why: the first tensor-core
-// backward of the family, simple and single-buffered (no cp.async pipelining
-// yet), for the faster ones to grow from.
+// Version 1 (commit dfa4f1c, 2026-11-26): what changed from
+// fa2-rowthread-bwd: the products run on tensor cores. A warp owns 16 keys
+// (dK/dV) or 16 query rows (dQ) as the M rows of m16 tiles; the operands come
+// from swizzled shared tiles through ldmatrix, and P^T and dS^T, computed in
+// f32 in the C fragments, are rounded to the dtype once, as the A operands of
+// dV += P^T dO and dK += dS^T Q (and dS of dQ += dS K), as FlashAttention-2
+// does. Single-buffered, blocks of 4 warps, d = 64 and 128.
+// Version 2 (this one), what changed from version 1 and why (docs/perf.md,
+// "The mma.sync backward, version 2"):
+//   - the loads are pipelined: the next step's Q, dO and row information (or
+//     the next key tile's K and V) load into a second buffer while this one
+//     computes (version 1 waited for every step's copies);
+//   - the dK/dV block is 8 warps, 128 keys (was 4 warps, 64 keys): each Q and
+//     dO tile read from L2 serves twice the keys;
+//   - d = 256: two warps share 16 keys, each owning 128 columns of their dK
+//     and dV (256 registers a thread otherwise), and add their halves of S^T
+//     and dP^T (products over D) through shared memory;
+//   - D_i and the atomic subject's dQ conversion are kernels of their own, 16
+//     bytes a thread (version 1 borrowed rowthread's, a thread per row);
+//   - P from exp2 with log2(e) folded into the scale and the LSE (ex2.approx).
 // What it does, on one stream:
-//   1. D_i = rowsum(dO_i o O_i) in f32: rowthread's kernel, a thread per row.
-//   2. dK, dV: a block of 4 warps per 64 keys of one (batch, K/V head), K and
-//      V in shared memory once; it walks the query rows 64 at a time (32 at
-//      d = 128, where 64 spilled registers) over every query head of the GQA
-//      group (the group's sum), recomputing S^T, P^T, dP^T, dS^T per step
-//      from the handed LSE. fa2-mma-bwd also adds dQ's
-//      share dS K of each step to an f32 accumulator with atomicAdd (dS^T
-//      through shared memory), FlashAttention-2's classic shape.
-//   3. dQ: fa2-mma-bwd converts the accumulator (scale x, in the dtype;
-//      rowthread's kernel). fa2-mma-bwd-det computes it in a kernel of its
-//      own: a block of 4 warps per 64 query rows, walking the keys its rows
-//      see in order, 64 at a time (S, P, dP, dS recomputed; dQ += dS K).
+//   1. D_i = rowsum(dO_i o O_i) in f32, D / 8 threads a row.
+//   2. dK, dV: a block per 128 keys (64 at d = 256) of one (batch, K/V head),
+//      K and V in shared memory once; it walks the query rows 64 at a time
+//      (32 at d >= 128, where 64 put the accumulators past 255 registers)
+//      over every query head of the GQA group (the group's sum), recomputing
+//      S^T, P^T, dP^T, dS^T per step from the handed LSE. fa2-mma-bwd also
+//      adds dQ's share dS K of each step to an f32 accumulator with atomicAdd
+//      (dS^T through shared memory), FlashAttention-2's classic shape.
+//   3. dQ: fa2-mma-bwd converts the accumulator (scale x, in the dtype).
+//      fa2-mma-bwd-det computes it in a kernel of its own: a block of 4 warps
+//      per 64 query rows, walking the keys its rows see in order, 64 at a
+//      time (32 at d = 256; S, P, dP, dS recomputed; dQ += dS K).
 // Determinism: fa2-mma-bwd's dQ sums arrive in whatever order the blocks'
 // atomics do (backward_deterministic = false); everything in fa2-mma-bwd-det
 // is summed by one warp in a fixed order and written by one block
-// (backward_deterministic = true).
-// Domain (flashcheck/kernels/backward/mma.hpp): f16/bf16; d = dv in {64, 128};
-// any lengths; none/causal_tl/causal_br/window; GQA/MQA; padded batches; LSE;
-// BHSD and BSHD; finite inputs only; both passes (the forward is
-// fa2-rowthread-bwd's).
+// (backward_deterministic = true); the halves of S^T and dP^T at d = 256 are
+// added in one order (x + y == y + x).
+// Domain (flashcheck/kernels/backward/mma.hpp): f16/bf16; d = dv in
+// {64, 128, 256}; any lengths; none/causal_tl/causal_br/window; GQA/MQA;
+// padded batches; LSE; BHSD and BSHD; finite inputs only; both passes (the
+// forward is fa2-rowthread-bwd's).
 // Registers (ptxas, sm_90a, CUDA 13.0; f16 and bf16 alike), no spills:
-//   dK/dV 210 (d=64) / 242 (d=128); with the atomic dQ 215 / 241;
-//   dQ (deterministic) 176 / 220. Dynamic shared memory a block: dK/dV
-//   33 KiB (d=64) / 48.5 KiB (d=128), with the atomic dQ 41 / 52.5 KiB;
-//   dQ 32 / 64 KiB.
-// Speed (H100, 2026-11-26, flashcheck bench, median of 10; docs/perf.md "The
-// mma.sync backward"): b=1 hq=64 hkv=8 sq=skv=4096 d=128 bf16: fa2-mma-bwd
-// 15.49 ms (89 TFLOP/s at 2.5 forwards), fa2-mma-bwd-det 11.64 ms (118);
-// torch's FlashAttention-2 backward 4.92 ms, flashcheck's cuDNN 9.14 graph
-// 3.06 ms. At 16384 keys: 220.9 and 188.3 ms (FA2 70.2, cuDNN 46.6).
+//   dK/dV 209 (d=64) / 236 (d=128) / 250 (d=256); with the atomic dQ
+//   222 / 237 / 252; dQ (deterministic) 174 / 227 / 250. Dynamic shared
+//   memory a block: dK/dV 66 / 97 / 161 KiB, with the atomic dQ 82 / 105 /
+//   165 KiB; dQ 48 / 96 / 128 KiB.
+// Speed (H100, 2026-11-26, flashcheck bench, median of 10; docs/perf.md):
+//   b=1 hq=64 hkv=8 sq=skv=4096 d=128 bf16: fa2-mma-bwd 9.89 ms (139 TFLOP/s
+//   at 2.5 forwards), fa2-mma-bwd-det 8.44 ms (163); in the same call torch's
+//   FlashAttention-2 backward 5.02 ms, flashcheck's cuDNN 9.14 graph 3.06 ms
+//   (version 1: 15.49 and 11.64 ms, FA2 4.92).
 #include "backward/mma_kernel.cuh"
 
 namespace flashcheck::kernels {

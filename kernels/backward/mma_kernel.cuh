@@ -1,6 +1,6 @@
 // fa2-mma-bwd and fa2-mma-bwd-det's kernels (included by backward/mma.cu,
-// whose file head says what they are). D_i and the atomic subject's last step
-// (dQ from its f32 accumulator) are fa2-rowthread-bwd's kernels, reused.
+// whose file head says what they are and what each version changed, and by
+// their mutants, kernels/mutants/mma_backward_mutants.cu).
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16 with .row.col; g = lane / 4,
 // t = lane % 4):
@@ -24,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backward/rowthread_kernel.cuh"
 #include "common/attention.cuh"
@@ -31,27 +32,52 @@
 #include "common/ptx.cuh"
 #include "common/softmax.cuh"
 #include "flashcheck/kernels/backward/mma.hpp"
-#include "mma/products.cuh"
 #include "mma/ptx.cuh"
 #include "mma/tiles.cuh"
 
-namespace flashcheck::kernels::mma_bwd {
+namespace flashcheck::kernels {
 
-using mma::kThreads;
-using mma::kWarps;
+/// Deliberate flaws, for the mutants (kernels/mutants/mma_backward_mutants.cu,
+/// issue 22's bug classes ported to these kernels); `none` is the real kernel.
+enum class MmaBackwardFlaw {
+  none,
+  scale_missing_in_ds,  // dK and dQ without the softmax scale (dS's factor)
+  gqa_not_reduced,      // dK and dV from the first query head of each GQA group only
+  masked_keys_in_dk,    // dK adds the dS of keys the mask hides (P computed without the mask)
+  delta_low_precision,  // D_i = rowsum(dO o O) accumulated in the storage dtype
+  d256_only_wrong,      // dQ's last column left at 0 when d = 256
+};
 
-/// Keys a dK/dV block owns, and query rows a dQ block owns (16 a warp).
-inline constexpr int kBlockKeys = kMmaBackwardBlockKeys;
-inline constexpr int kBlockQueries = kMmaBackwardBlockQueries;
-static_assert(kBlockKeys == 16 * kWarps && kBlockQueries == 16 * kWarps, "a warp owns one m16 tile of the block");
+namespace mma_bwd {
 
-/// Query rows per step of the dK/dV kernel: its S^T, P^T, dP^T and dS^T are
-/// 16 keys x kStepQueries a warp, in registers beside dK and dV (16 x D each,
-/// f32). At d = 128, 64 rows sit at ptxas's limit (sm_90a, 13.0: 255
-/// registers, 8 B spilled without the atomic dQ); 32 rows use 241-242 and
-/// spill nothing.
+inline constexpr float kLog2e = 1.4426950408889634f;
+
+/// The dK/dV kernel's shape at head dim D: kKeyWarps warps along the keys (16
+/// keys each, so a block owns 16 kKeyWarps keys), kSplit warps along D (each
+/// owns D / kSplit columns of its keys' dK and dV, 16 x D / kSplit f32 each,
+/// in registers), and kStep query rows per step (S^T, P^T, dP^T and dS^T are
+/// 16 keys x kStep a warp, in registers beside dK and dV).
+/// - d = 64: 8 x 1 warps, 128 keys a block, steps of 64 rows.
+/// - d = 128: 8 x 1 warps, steps of 32 rows (64 put dK, dV, S^T and dP^T past
+///   ptxas's 255 registers).
+/// - d = 256: 4 x 2 warps, 64 keys, steps of 32: dK and dV of 16 keys x 256
+///   would take 256 registers a thread, so two warps share 16 keys, each owns
+///   128 columns, and they add their halves of S^T and dP^T (each a product
+///   over D) through shared memory.
 template <int D>
-inline constexpr int kStepQueries = D == 128 ? 32 : 64;
+struct KvShape {
+  static constexpr int kKeyWarps = D == 256 ? 4 : 8;
+  static constexpr int kSplit = D == 256 ? 2 : 1;
+  static constexpr int kStep = D == 64 ? 64 : 32;
+};
+/// The deterministic dQ kernel's shape: kWarps warps of 16 query rows, walking
+/// the keys kKeys at a time (32 at d = 256: dQ's 16 x 256 f32 accumulator
+/// takes 128 registers, beside S and dP of 16 x kKeys).
+template <int D>
+struct QShape {
+  static constexpr int kWarps = 4;
+  static constexpr int kKeys = D == 256 ? 32 : 64;
+};
 
 /// Byte offset of element (row, col) of a [rows][kCols] tile of 2-byte
 /// elements, laid out in 16-byte chunks as mma::tile_offset lays them out.
@@ -60,21 +86,41 @@ __device__ __forceinline__ std::uint32_t element_offset(int row, int col) {
   return mma::tile_offset<kCols, kSwizzle>(row, col / 8 * 8) + static_cast<std::uint32_t>(col % 8 * 2);
 }
 
-/// C += A B^T for one warp: A is rows [a_row0, a_row0 + 16) of a [*][D] tile,
-/// B rows [0, 8 kTilesN) of a [*][D] tile (both row-major, swizzled; the
-/// product runs over D). A comes in 16 rows x 32 columns (two k-steps) per two
-/// ldmatrix.x4, B in 8 rows x 32 columns per ldmatrix.x4 (its 4 matrices are
-/// b0, b1 of the first k-step and b0, b1 of the second: B stored [n][k] reads
-/// as a B fragment without .trans). Used for S^T = K Q^T and dP^T = V dO^T
-/// (dK/dV kernel), S = Q K^T and dP = dO V^T (dQ kernel).
-template <typename T, int D, int kTilesN>
+/// Starts copying rows [0, kRows) of a [rows][D] global tile (row stride
+/// `stride` elements) into a swizzled shared tile at `dst`, rows >=
+/// valid_rows zero-filled (cp.async's src-size 0; the source is then `src`,
+/// which must be inside the tensor). Every one of the block's kThreads
+/// threads takes part; the caller commits. (mma::copy_tile for any block.)
+template <int kRows, int D, int kThreads, typename T>
+__device__ __forceinline__ void copy_rows(std::uint32_t dst, const T* src, std::int64_t stride, int valid_rows) {
+  constexpr int kChunks = D / 8, kRowStep = kThreads / kChunks;
+  static_assert(kThreads % kChunks == 0 && kRows % kRowStep == 0, "each thread copies the same chunks of its rows");
+  const int row = static_cast<int>(threadIdx.x) / kChunks, column = static_cast<int>(threadIdx.x) % kChunks * 8;
+  const T* from = src + row * stride + column;
+#pragma unroll
+  for (int n = 0; n < kRows / kRowStep; ++n) {
+    const bool valid = row + n * kRowStep < valid_rows;
+    mma::cp_async_16(dst + mma::tile_offset<D, true>(row + n * kRowStep, column),
+                     valid ? from + n * kRowStep * stride : src, valid);
+  }
+}
+
+/// C += A B^T for one warp over columns [c0, c0 + kCols) of the product's
+/// inner dimension: A is rows [a_row0, a_row0 + 16) of a [*][D] tile, B rows
+/// [0, 8 kTilesN) of a [*][D] tile (both row-major, swizzled). A comes in 16
+/// rows x 32 columns (two k-steps) per two ldmatrix.x4, B in 8 rows x 32
+/// columns per ldmatrix.x4 (its 4 matrices are b0, b1 of the first k-step and
+/// b0, b1 of the second: B stored [n][k] reads as a B fragment without
+/// .trans). S^T = K Q^T and dP^T = V dO^T (dK/dV kernel), S = Q K^T and
+/// dP = dO V^T (dQ kernel).
+template <typename T, int D, int kCols, int kTilesN>
 __device__ __forceinline__ void product_abt(float (&c)[kTilesN][4], std::uint32_t a_tile, int a_row0,
-                                            std::uint32_t b_tile) {
+                                            std::uint32_t b_tile, int c0) {
   const int lane = threadIdx.x % 32;
   // Not unrolled: unrolled, ptxas hoists the later k-steps' ldmatrix into
   // registers, and beside dK and dV (128 registers at d = 128) that spilled.
 #pragma unroll 1
-  for (int kk = 0; kk < D / 32; ++kk) {
+  for (int kk = c0 / 32; kk < (c0 + kCols) / 32; ++kk) {
     std::uint32_t a[2][4];
 #pragma unroll
     for (int half = 0; half < 2; ++half)
@@ -90,32 +136,133 @@ __device__ __forceinline__ void product_abt(float (&c)[kTilesN][4], std::uint32_
   }
 }
 
+/// C += A B for one warp, columns [c0, c0 + kCols) of B and C: A in
+/// registers (kTilesK fragments of 16 x 16, the product's k = 16 kTilesK rows
+/// of B), B a [*][D] shared tile read with ldmatrix.x4.trans, 16 rows x 16
+/// columns (two n-tiles) per two mma. dV += P^T dO, dK += dS^T Q, dQ += dS K.
+template <typename T, int D, int kCols, int kTilesK>
+__device__ __forceinline__ void product_ab(float (&c)[kCols / 8][4], const std::uint32_t (&a)[kTilesK][4],
+                                           std::uint32_t b_tile, int c0) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < kTilesK; ++kk)
+#pragma unroll
+    for (int dt = 0; dt < kCols / 16; ++dt) {
+      std::uint32_t bf[4];
+      mma::ldmatrix_x4_trans(bf, b_tile + mma::tile_offset<D, true>(kk * 16 + lane % 16, c0 + dt * 16 + lane / 16 * 8));
+      mma::mma_16816<T>(c[2 * dt], a[kk], bf[0], bf[1]);
+      mma::mma_16816<T>(c[2 * dt + 1], a[kk], bf[2], bf[3]);
+    }
+}
+
+/// Adds the partner warp's half of a product over D (kSplit = 2): both warps
+/// hold the same fragment positions (the same 16 keys), so lane l's element e
+/// goes to slot [warp][e][l] of `exchange` and comes back from the partner's.
+/// Both warps end with the same bits (x + y == y + x). `barrier` names the
+/// pair's barrier (bar.sync with 64 threads); the caller keeps the next write
+/// to this exchange buffer behind a block-wide barrier.
+template <int kTilesN>
+__device__ __forceinline__ void add_partner(float (&x)[kTilesN][4], float* exchange, int warp, int partner,
+                                            int barrier) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int nt = 0; nt < kTilesN; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) exchange[(warp * kTilesN * 4 + nt * 4 + e) * 32 + lane] = x[nt][e];
+  asm volatile("bar.sync %0, 64;\n" ::"r"(barrier) : "memory");
+#pragma unroll
+  for (int nt = 0; nt < kTilesN; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) x[nt][e] += exchange[(partner * kTilesN * 4 + nt * 4 + e) * 32 + lane];
+}
+
+// ---------------------------------------------------------------------------
+// D_i = rowsum(dO_i o O_i) in f32 (in T with the delta_low_precision flaw), a
+// group of D / 8 threads per row, each reading 16 bytes of dO and of O, summed
+// across the group with shuffles (a fixed order: deterministic). Rows past the
+// sequence get 0.
+template <typename T, int D, MmaBackwardFlaw kFlaw>
+__global__ void __launch_bounds__(256) delta_kernel(const BackwardArgs args) {
+  constexpr int kLanes = D / 8, kRows = 256 / kLanes;
+  const gpu::AttentionArgs& a = args.attention;
+  const int b = blockIdx.y / a.heads_q, h = blockIdx.y % a.heads_q;
+  const int i = blockIdx.x * kRows + static_cast<int>(threadIdx.x) / kLanes, c = threadIdx.x % kLanes * 8;
+  float sum = 0.0f;
+  if (i < query_length(a, b)) {  // i < seqlen_q, so the row is inside the tensors
+    const auto* dout = reinterpret_cast<const uint4*>(static_cast<const T*>(args.dout) + b * a.o_batch_stride +
+                                                      h * a.o_head_stride + i * a.o_seq_stride + c);
+    const auto* o = reinterpret_cast<const uint4*>(static_cast<const T*>(a.o) + b * a.o_batch_stride +
+                                                   h * a.o_head_stride + i * a.o_seq_stride + c);
+    const uint4 x = *dout, y = *o;
+    const T* xs = reinterpret_cast<const T*>(&x);
+    const T* ys = reinterpret_cast<const T*>(&y);
+    if constexpr (kFlaw == MmaBackwardFlaw::delta_low_precision) {
+      T partial = T(0.0f);
+#pragma unroll
+      for (int n = 0; n < 8; ++n) partial = partial + xs[n] * ys[n];
+      sum = static_cast<float>(partial);
+    } else {
+#pragma unroll
+      for (int n = 0; n < 8; ++n) sum += static_cast<float>(xs[n]) * static_cast<float>(ys[n]);
+    }
+  }
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) {
+    const float other = __shfl_xor_sync(kFullWarp, sum, offset);
+    if constexpr (kFlaw == MmaBackwardFlaw::delta_low_precision) sum = static_cast<float>(T(sum) + T(other));
+    else sum += other;
+  }
+  if (i < a.seqlen_q && threadIdx.x % kLanes == 0)
+    args.delta[(static_cast<std::int64_t>(b) * a.heads_q + h) * a.seqlen_q + i] = sum;
+}
+
+/// The atomic subject's last step: dQ = scale x its f32 accumulator, in T, 8
+/// elements (16 bytes) a thread; 0 past the sequence.
+template <typename T, int D>
+__global__ void __launch_bounds__(256) dq_from_accumulator_kernel(const BackwardArgs args) {
+  constexpr int kLanes = D / 8, kRows = 256 / kLanes;
+  const gpu::AttentionArgs& a = args.attention;
+  const int b = blockIdx.y / a.heads_q, h = blockIdx.y % a.heads_q;
+  const int i = blockIdx.x * kRows + static_cast<int>(threadIdx.x) / kLanes, c = threadIdx.x % kLanes * 8;
+  if (i >= a.seqlen_q) return;
+  const bool live = i < query_length(a, b);
+  const float4* accum = reinterpret_cast<const float4*>(
+      args.dq_accum + ((static_cast<std::int64_t>(b) * a.heads_q + h) * a.seqlen_q + i) * D + c);
+  const float4 x = live ? accum[0] : float4{}, y = live ? accum[1] : float4{};
+  const float s = a.scale;
+  const uint4 packed{pack<T>(s * x.x, s * x.y), pack<T>(s * x.z, s * x.w), pack<T>(s * y.x, s * y.y),
+                     pack<T>(s * y.z, s * y.w)};
+  *reinterpret_cast<uint4*>(static_cast<T*>(args.dq) + b * a.q_batch_stride + h * a.q_head_stride +
+                            i * a.q_seq_stride + c) = packed;
+}
+
 // ---------------------------------------------------------------------------
 // The atomic subject's dQ share of one step of the dK/dV kernel:
-// dQ[step rows] += dS K over the block's 64 keys, added to the f32
+// dQ[step rows] += dS K over the block's kKeys keys, added to the f32
 // accumulator with atomicAdd (unscaled: dq_from_accumulator_kernel scales).
-// dS^T [64 keys][kStepQueries] is in shared memory (every warp's rows), K
-// [64 keys][D] too. The step's dQ tile (kStepQueries x D) is cut into items of
-// 16 rows x 32 columns, dealt to the warps round-robin; each item sums the 64
-// keys in 4 k-steps of 16:
+// dS^T [kKeys][kStep] is in shared memory (every warp's keys), K [kKeys][D]
+// too. The step's dQ tile (kStep x D) is cut into items of 16 rows x 32
+// columns, dealt to the block's warps round-robin; each item sums the keys in
+// k-steps of 16:
 //   A = dS (16 queries x 16 keys) read from dS^T with ldmatrix.x4.trans:
 //       matrix m = lane / 8 is a_m; a0 and a1 are keys 0-7 (stored rows),
 //       queries 0-7 and 8-15 (stored columns), a2 and a3 keys 8-15;
-//   B = K (16 keys x 16 columns) with ldmatrix.x4.trans, as mma::pv_x4 reads V.
-template <typename T, int D, bool kSwizzleDs>
+//   B = K (16 keys x 16 columns) with ldmatrix.x4.trans.
+template <typename T, int D, int kKeys, int kStep, int kWarps>
 __device__ __forceinline__ void add_dq_atomic(float* dq_rows, int valid_rows, std::uint32_t ds_tile,
                                               std::uint32_t k_tile) {
-  constexpr int kChunks = D / 32, kItems = kStepQueries<D> / 16 * kChunks;
+  constexpr int kChunks = D / 32, kItems = kStep / 16 * kChunks;
+  constexpr bool kSwizzleDs = kStep >= 64;  // tile_offset's swizzle spans 8 chunks a row
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll 1  // one item's registers at a time, beside the caller's dK and dV
   for (int item = warp; item < kItems; item += kWarps) {
     const int mt = item / kChunks, chunk = item % kChunks;
     float acc[4][4] = {};
 #pragma unroll
-    for (int kk = 0; kk < kBlockKeys / 16; ++kk) {
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
       std::uint32_t a[4];
       const int ds_row = kk * 16 + lane / 16 * 8 + lane % 8, ds_column = mt * 16 + lane / 8 % 2 * 8;
-      mma::ldmatrix_x4_trans(a, ds_tile + element_offset<kStepQueries<D>, kSwizzleDs>(ds_row, ds_column));
+      mma::ldmatrix_x4_trans(a, ds_tile + element_offset<kStep, kSwizzleDs>(ds_row, ds_column));
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         std::uint32_t bf[4];
@@ -139,130 +286,202 @@ __device__ __forceinline__ void add_dq_atomic(float* dq_rows, int valid_rows, st
   }
 }
 
+/// What a step's rows tell the P computation: log2(e) LSE_i, D_i, and the
+/// keys the row sees (empty past the sequence and for rows that see no key,
+/// LSE = -inf: no gradient).
+struct RowInfo {
+  float lse_log2, delta;
+  KeyRange keys;
+};
+__device__ __forceinline__ RowInfo row_info(const gpu::AttentionArgs& a, const float* lse, const float* delta, int i,
+                                            int lq, int lk) {
+  if (i >= lq) return {-INFINITY, 0.0f, {0, -1}};
+  const float lse_i = lse[i];
+  return {lse_i * kLog2e, delta[i], lse_i != -INFINITY ? visible_keys(a, i, lq, lk) : KeyRange{0, -1}};
+}
+
 // ---------------------------------------------------------------------------
-// dK and dV (and, with kAtomicDq, dQ's share): a block of 4 warps per 64 keys
-// of one (batch, K/V head); warp w owns keys 16w ... 16w + 15 of the block, as
-// the rows (M) of its m16 tiles, and their dK and dV accumulators (16 x D
-// each, f32, in registers). K and V of the block are loaded once. The block
-// walks the query rows of every query head of the GQA group (the group's sum
-// is this loop) in steps of kStepQueries, skipping the steps none of whose
-// rows sees a key of the block; per step, with Q and dO in shared memory:
-//   S^T  = K Q^T                       (mma, f32)
-//   P^T  = exp(S^T scale - LSE_i)      where query i sees the key, else 0
+// dK and dV (and, with kAtomicDq, dQ's share): a block per 16 kKeyWarps keys
+// of one (batch, K/V head), KvShape<D>'s warps; warp w owns keys
+// 16 (w % kKeyWarps) ... + 15 of the block as the rows (M) of its m16 tiles,
+// and columns [c0, c0 + D / kSplit), c0 = (w / kKeyWarps) D / kSplit, of
+// their dK and dV accumulators (f32, in registers). K and V of the block are
+// loaded once. The block walks the query rows of every query head of the GQA
+// group (the group's sum is this loop) in steps of kStep rows, skipping the
+// steps none of whose rows sees a key of the block; the next step's Q, dO and
+// row information load (cp.async, a second buffer) while this one computes:
+//   S^T  = K Q^T                       (mma, f32; kSplit = 2: each warp of a
+//                                       pair sums half of D, add_partner)
+//   P^T  = exp2(S^T scale log2 e - LSE_i log2 e) where query i sees the key,
+//          else 0
 //   dV  += P^T dO                      (P^T rounded to T: A operand)
-//   dP^T = V dO^T                      (mma, f32)
+//   dP^T = V dO^T                      (mma, f32; halves added as S^T's)
 //   dS^T = P^T o (dP^T - D_i)          (f32)
 //   dK  += dS^T Q                      (dS^T rounded to T: A operand)
 //   [kAtomicDq] dQ += dS K, atomically (add_dq_atomic)
 // and at the end dK = scale dK. Keys past the sequence, and rows past it or
-// that see no key (LSE = -inf), weigh exactly 0: P^T is set to 0 there, never
-// computed (their zero-filled rows of K, V, Q and dO make the products 0 too).
-template <typename T, int D, bool kAtomicDq>
-__global__ void __launch_bounds__(kThreads) dkdv_kernel(const BackwardArgs args) {
-  constexpr int kStep = kStepQueries<D>, kTilesQ = kStep / 8;
-  constexpr std::uint32_t kKeyTileBytes = kBlockKeys * D * 2, kStepTileBytes = kStep * D * 2;
-  constexpr std::uint32_t kDsOffset = 2 * kKeyTileBytes + 2 * kStepTileBytes;
-  constexpr std::uint32_t kRowInfoOffset = kDsOffset + (kAtomicDq ? kBlockKeys * kStep * 2 : 0);
-  constexpr bool kSwizzleDs = kStep >= 64;  // tile_offset's swizzle spans 8 chunks a row
+// that see no key, weigh exactly 0: P^T is set to 0 there, never computed
+// (their zero-filled rows of K, V, Q and dO make the products 0 too).
+template <typename T, int D, bool kAtomicDq, MmaBackwardFlaw kFlaw = MmaBackwardFlaw::none>
+__global__ void __launch_bounds__(32 * KvShape<D>::kKeyWarps * KvShape<D>::kSplit) dkdv_kernel(const BackwardArgs args) {
+  using Shape = KvShape<D>;
+  constexpr int kKeyWarps = Shape::kKeyWarps, kSplit = Shape::kSplit, kStep = Shape::kStep;
+  constexpr int kWarps = kKeyWarps * kSplit, kThreads = 32 * kWarps, kKeys = 16 * kKeyWarps, kCols = D / kSplit;
+  constexpr int kTilesQ = kStep / 8;
+  constexpr std::uint32_t kKeyTileBytes = kKeys * D * 2, kStepTileBytes = kStep * D * 2;
+  constexpr std::uint32_t kStepOffset = 2 * kKeyTileBytes;  // buffer n: Q, then dO
+  constexpr std::uint32_t kExchangeOffset = kStepOffset + 4 * kStepTileBytes;
+  constexpr std::uint32_t kExchangeBytes = kSplit > 1 ? kWarps * kTilesQ * 4 * 32 * 4 : 0;
+  constexpr std::uint32_t kDsOffset = kExchangeOffset + 2 * kExchangeBytes;
+  constexpr std::uint32_t kRowInfoOffset = kDsOffset + (kAtomicDq ? kKeys * kStep * 2 : 0);
+  static_assert(kStep <= kThreads, "a thread per row loads a step's row information");
   extern __shared__ __align__(128) unsigned char smem[];
-  // K [64][D] | V [64][D] | Q [kStep][D] | dO [kStep][D] (swizzled)
-  // | dS^T [64][kStep] (kAtomicDq only) | per query row of the step: LSE, D_i, its first and last key.
+  // K [kKeys][D] | V [kKeys][D] | 2 x (Q [kStep][D] | dO [kStep][D]) (swizzled)
+  // | 2 x exchange (kSplit = 2: S^T's halves, dP^T's) | dS^T [kKeys][kStep] (kAtomicDq)
+  // | 2 x per query row of the step: log2(e) LSE, D_i, its first and last key.
   const std::uint32_t k_tile = mma::shared_address(smem), v_tile = k_tile + kKeyTileBytes;
-  const std::uint32_t q_tile = v_tile + kKeyTileBytes, do_tile = q_tile + kStepTileBytes, ds_tile = k_tile + kDsOffset;
-  float* row_lse = reinterpret_cast<float*>(smem + kRowInfoOffset);
-  float* row_delta = row_lse + kStep;
-  int* row_first = reinterpret_cast<int*>(row_delta + kStep);
-  int* row_last = row_first + kStep;
+  const std::uint32_t ds_tile = k_tile + kDsOffset;
+  float* exchange_s = reinterpret_cast<float*>(smem + kExchangeOffset);
+  float* exchange_dp = reinterpret_cast<float*>(smem + kExchangeOffset + kExchangeBytes);
 
   const gpu::AttentionArgs& a = args.attention;
   const int b = blockIdx.y / a.heads_kv, hk = blockIdx.y % a.heads_kv, group = a.heads_q / a.heads_kv;
   const int lq = query_length(a, b), lk = key_length(a, b);
-  const int key0 = blockIdx.x * kBlockKeys;
+  const int key0 = blockIdx.x * kKeys;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int warp_key0 = key0 + warp * 16;  // this thread's keys: warp_key0 + lane / 4 and + 8
-  float dk_acc[D / 8][4] = {}, dv_acc[D / 8][4] = {};
+  const int key_warp = warp % kKeyWarps, c0 = warp / kKeyWarps * kCols;
+  const int partner = (warp + kKeyWarps) % kWarps, pair_barrier = 1 + key_warp;
+  const int warp_key0 = key0 + key_warp * 16;  // this thread's keys: warp_key0 + lane / 4 and + 8
+  float dk_acc[kCols / 8][4] = {}, dv_acc[kCols / 8][4] = {};
 
   if (key0 < lk) {  // else every key of the block is padding: dK = dV = 0 (block-uniform)
-    const int key_last = min(key0 + kBlockKeys, lk) - 1;
+    const int key_last = min(key0 + kKeys, lk) - 1;
     const T* k = static_cast<const T*>(a.k) + b * a.k_batch_stride + hk * a.k_head_stride;
     const T* v = static_cast<const T*>(a.v) + b * a.v_batch_stride + hk * a.v_head_stride;
-    // Rows past lk are zero-filled (cp.async's src-size 0; the source is then the tile's first row, inside the tensor).
-    mma::copy_tile<kBlockKeys, D, true>(k_tile, k + key0 * a.k_seq_stride, a.k_seq_stride, lk - key0);
-    mma::copy_tile<kBlockKeys, D, true>(v_tile, v + key0 * a.v_seq_stride, a.v_seq_stride, lk - key0);
-    mma::cp_async_commit();
-
-    for (int h = hk * group; h < (hk + 1) * group; ++h) {
+    // The steps: s = (h - hk group) steps_per_head + i0 / kStep, over the
+    // group's query heads (only the first with the gqa_not_reduced flaw).
+    const int steps_per_head = (lq + kStep - 1) / kStep;
+    const int steps = (kFlaw == MmaBackwardFlaw::gqa_not_reduced ? 1 : group) * steps_per_head;
+    auto sees_block = [&](int s) {
+      const int i0 = s % steps_per_head * kStep;
+      const KeyRange seen = rowthread_bwd::keys_of_rows(a, i0, min(i0 + kStep, lq) - 1, lq, lk);
+      return seen.first <= key_last && seen.last >= key0;
+    };
+    auto next_step = [&](int s) {  // the first step from s on that a row of sees the block (block-uniform)
+      while (s < steps && !sees_block(s)) ++s;
+      return s;
+    };
+    auto head_of = [&](int s) { return hk * group + s / steps_per_head; };
+    auto load_step = [&](int s, int buffer) {
+      const int h = head_of(s), i0 = s % steps_per_head * kStep;
       const T* q = static_cast<const T*>(a.q) + b * a.q_batch_stride + h * a.q_head_stride;
       const T* dout = static_cast<const T*>(args.dout) + b * a.o_batch_stride + h * a.o_head_stride;
-      const std::int64_t row_base = (static_cast<std::int64_t>(b) * a.heads_q + h) * a.seqlen_q;
-      const float* lse = a.lse + row_base;
-      const float* delta = args.delta + row_base;
-      for (int i0 = 0; i0 < lq; i0 += kStep) {
-        const KeyRange seen = rowthread_bwd::keys_of_rows(a, i0, min(i0 + kStep, lq) - 1, lq, lk);
-        if (seen.first > key_last || seen.last < key0) continue;  // no row of the step sees the block (uniform)
-        mma::copy_tile<kStep, D, true>(q_tile, q + i0 * a.q_seq_stride, a.q_seq_stride, lq - i0);
-        mma::copy_tile<kStep, D, true>(do_tile, dout + i0 * a.o_seq_stride, a.o_seq_stride, lq - i0);
-        mma::cp_async_commit();
-        // Rows past the sequence, and rows that see no key (LSE = -inf: no
-        // gradient), get an empty key range: every P^T of theirs is 0.
-        for (int r = threadIdx.x; r < kStep; r += kThreads) {
-          const int i = i0 + r;
-          const float lse_i = i < lq ? lse[i] : -INFINITY;
-          const KeyRange keys = i < lq && lse_i != -INFINITY ? visible_keys(a, i, lq, lk) : KeyRange{0, -1};
-          row_lse[r] = lse_i;
-          row_delta[r] = i < lq ? delta[i] : 0.0f;
-          row_first[r] = keys.first;
-          row_last[r] = keys.last;
+      const std::uint32_t q_tile = k_tile + kStepOffset + buffer * 2 * kStepTileBytes;
+      copy_rows<kStep, D, kThreads>(q_tile, q + i0 * a.q_seq_stride, a.q_seq_stride, lq - i0);
+      copy_rows<kStep, D, kThreads>(q_tile + kStepTileBytes, dout + i0 * a.o_seq_stride, a.o_seq_stride, lq - i0);
+    };
+    auto load_row = [&](int s) {  // this thread's row of step s (threads < kStep)
+      const std::int64_t row_base = (static_cast<std::int64_t>(b) * a.heads_q + head_of(s)) * a.seqlen_q;
+      return row_info(a, a.lse + row_base, args.delta + row_base, s % steps_per_head * kStep + threadIdx.x, lq, lk);
+    };
+    auto store_row = [&](const RowInfo& info, int buffer) {
+      float* base = reinterpret_cast<float*>(smem + kRowInfoOffset) + buffer * 4 * kStep;
+      base[threadIdx.x] = info.lse_log2;
+      base[kStep + threadIdx.x] = info.delta;
+      reinterpret_cast<int*>(base)[2 * kStep + threadIdx.x] = info.keys.first;
+      reinterpret_cast<int*>(base)[3 * kStep + threadIdx.x] = info.keys.last;
+    };
+
+    // Rows past lk are zero-filled; key0 < lk, so the source's first row is inside the tensor.
+    copy_rows<kKeys, D, kThreads>(k_tile, k + key0 * a.k_seq_stride, a.k_seq_stride, lk - key0);
+    copy_rows<kKeys, D, kThreads>(v_tile, v + key0 * a.v_seq_stride, a.v_seq_stride, lk - key0);
+    int s = next_step(0);
+    if (s < steps) {
+      load_step(s, 0);
+      if (threadIdx.x < kStep) store_row(load_row(s), 0);
+    }
+    mma::cp_async_commit();  // K and V with the first step's Q and dO: one group
+
+    for (int buffer = 0; s < steps; buffer ^= 1) {
+      const int next = next_step(s + 1);
+      RowInfo next_row{};
+      if (next < steps) {
+        load_step(next, buffer ^ 1);  // the buffer the last step read: every warp passed its closing barrier
+        if (threadIdx.x < kStep) next_row = load_row(next);  // stored after the products: the loads overlap them
+      }
+      mma::cp_async_commit();
+      mma::cp_async_wait<1>();  // everything but the next step's group: this step's Q and dO have landed
+      __syncthreads();          // ... for every thread's copies, and this step's row information is stored
+
+      const std::uint32_t q_tile = k_tile + kStepOffset + buffer * 2 * kStepTileBytes, do_tile = q_tile + kStepTileBytes;
+      const float* row_lse = reinterpret_cast<const float*>(smem + kRowInfoOffset) + buffer * 4 * kStep;
+      const float* row_delta = row_lse + kStep;
+      const int* row_first = reinterpret_cast<const int*>(row_lse) + 2 * kStep;
+      const int* row_last = row_first + kStep;
+      const float scale_log2 = a.scale * kLog2e;
+
+      // S^T = K Q^T, then P^T in place: element e of n-tile nt is key
+      // warp_key0 + g + 8 (e / 2), query column nt * 8 + 2t + e % 2.
+      float p[kTilesQ][4] = {};
+      product_abt<T, D, kCols, kTilesQ>(p, k_tile, key_warp * 16, q_tile, c0);
+      if constexpr (kSplit > 1) add_partner(p, exchange_s, warp, partner, pair_barrier);
+      [[maybe_unused]] float p_unmasked[kFlaw == MmaBackwardFlaw::masked_keys_in_dk ? kTilesQ : 1][4];
+#pragma unroll
+      for (int nt = 0; nt < kTilesQ; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int column = nt * 8 + lane % 4 * 2 + e % 2, key = warp_key0 + lane / 4 + e / 2 * 8;
+          const bool live = key >= row_first[column] && key <= row_last[column];
+          // The handed LSE is natural-log (LSE = m + log l), as rowthread's forward writes it.
+          const float weight = fast_exp2(fmaf(p[nt][e], scale_log2, -row_lse[column]));
+          if constexpr (kFlaw == MmaBackwardFlaw::masked_keys_in_dk)
+            p_unmasked[nt][e] = key < lk && row_lse[column] != -INFINITY ? weight : 0.0f;
+          p[nt][e] = live ? weight : 0.0f;
         }
-        mma::cp_async_wait<0>();  // K and V (first step), Q and dO have landed
-        __syncthreads();
+      std::uint32_t fragments[kTilesQ / 2][4];
+      to_fragments<T>(p, fragments);
+      product_ab<T, D, kCols, kTilesQ / 2>(dv_acc, fragments, do_tile, c0);  // dV += P^T dO
 
-        // S^T = K Q^T, then P^T in place: element e of n-tile nt is key
-        // warp_key0 + g + 8 (e / 2), query column nt * 8 + 2t + e % 2.
-        float p[kTilesQ][4] = {};
-        product_abt<T, D, kTilesQ>(p, k_tile, warp * 16, q_tile);
+      // dP^T = V dO^T, then dS^T = P^T o (dP^T - D_i) in place.
+      float ds[kTilesQ][4] = {};
+      product_abt<T, D, kCols, kTilesQ>(ds, v_tile, key_warp * 16, do_tile, c0);
+      if constexpr (kSplit > 1) add_partner(ds, exchange_dp, warp, partner, pair_barrier);
 #pragma unroll
-        for (int nt = 0; nt < kTilesQ; ++nt)
+      for (int nt = 0; nt < kTilesQ; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int column = nt * 8 + lane % 4 * 2 + e % 2, key = warp_key0 + lane / 4 + e / 2 * 8;
-            const bool live = key >= row_first[column] && key <= row_last[column];
-            // The handed LSE is natural-log (LSE = m + log l), as rowthread's forward writes it.
-            p[nt][e] = live ? expf(p[nt][e] * a.scale - row_lse[column]) : 0.0f;
-          }
-        std::uint32_t fragments[kTilesQ / 2][4];
-        to_fragments<T>(p, fragments);
-        mma::pv_x4<T, D, true, kTilesQ / 2>(dv_acc, fragments, do_tile);  // dV += P^T dO
-
-        // dP^T = V dO^T, then dS^T = P^T o (dP^T - D_i) in place.
-        float ds[kTilesQ][4] = {};
-        product_abt<T, D, kTilesQ>(ds, v_tile, warp * 16, do_tile);
-#pragma unroll
-        for (int nt = 0; nt < kTilesQ; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - row_delta[nt * 8 + lane % 4 * 2 + e % 2]);
-        to_fragments<T>(ds, fragments);
-        if constexpr (kAtomicDq) {
-          // dS^T to shared memory, for dQ's share below: the A fragments just
-          // packed, so the same rounded values as dK's product. Fragment
-          // kk = nt / 2, register (nt % 2) * 2 + r holds key g + 8r, queries
-          // nt * 8 + 2t and + 1 (to_fragments' order).
+        for (int e = 0; e < 4; ++e) {
+          float weight = p[nt][e];
+          if constexpr (kFlaw == MmaBackwardFlaw::masked_keys_in_dk) weight = p_unmasked[nt][e];
+          ds[nt][e] = weight * (ds[nt][e] - row_delta[nt * 8 + lane % 4 * 2 + e % 2]);
+        }
+      to_fragments<T>(ds, fragments);
+      if constexpr (kAtomicDq) {
+        // dS^T to shared memory, for dQ's share below: the A fragments just
+        // packed, so the same rounded values as dK's product. Fragment
+        // kk = nt / 2, register (nt % 2) * 2 + r holds key g + 8r, queries
+        // nt * 8 + 2t and + 1 (to_fragments' order). With kSplit = 2 both
+        // warps of a pair hold them; the first writes.
+        if (warp < kKeyWarps) {
 #pragma unroll
           for (int nt = 0; nt < kTilesQ; ++nt)
 #pragma unroll
             for (int r = 0; r < 2; ++r)
-              *reinterpret_cast<std::uint32_t*>(
-                  smem + kDsOffset +
-                  element_offset<kStep, kSwizzleDs>(warp * 16 + lane / 4 + 8 * r, nt * 8 + lane % 4 * 2)) =
+              *reinterpret_cast<std::uint32_t*>(smem + kDsOffset +
+                                                element_offset<kStep, (kStep >= 64)>(key_warp * 16 + lane / 4 + 8 * r,
+                                                                                     nt * 8 + lane % 4 * 2)) =
                   fragments[nt / 2][nt % 2 * 2 + r];
         }
-        mma::pv_x4<T, D, true, kTilesQ / 2>(dk_acc, fragments, q_tile);  // dK += dS^T Q (scaled at the end)
-        if constexpr (kAtomicDq) {
-          __syncthreads();  // every warp's keys of dS^T are written
-          add_dq_atomic<T, D, kSwizzleDs>(args.dq_accum + (row_base + i0) * a.head_dim, lq - i0, ds_tile, k_tile);
-        }
-        __syncthreads();  // the next step overwrites Q, dO, dS^T and the row info
       }
+      product_ab<T, D, kCols, kTilesQ / 2>(dk_acc, fragments, q_tile, c0);  // dK += dS^T Q (scaled at the end)
+      if constexpr (kAtomicDq) {
+        __syncthreads();  // every warp's keys of dS^T are written
+        const int h = head_of(s), i0 = s % steps_per_head * kStep;
+        const std::int64_t row_base = (static_cast<std::int64_t>(b) * a.heads_q + h) * a.seqlen_q;
+        add_dq_atomic<T, D, kKeys, kStep, kWarps>(args.dq_accum + (row_base + i0) * D, lq - i0, ds_tile, k_tile);
+      }
+      if (next < steps && threadIdx.x < kStep) store_row(next_row, buffer ^ 1);
+      __syncthreads();  // the next step's copies overwrite this buffer, dS^T and the exchange
+      s = next;
     }
     // Where every step was skipped, K and V's copies were never waited for:
     // none may still be writing shared memory when the block ends.
@@ -273,16 +492,17 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const BackwardArgs args)
   // keys no row sees have 0 accumulators).
   T* dk = static_cast<T*>(args.dk) + b * a.k_batch_stride + hk * a.k_head_stride;
   T* dv = static_cast<T*>(args.dv) + b * a.v_batch_stride + hk * a.v_head_stride;
+  const float dk_scale = kFlaw == MmaBackwardFlaw::scale_missing_in_ds ? 1.0f : a.scale;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int j = warp_key0 + lane / 4 + 8 * r;
     if (j >= a.seqlen_kv) continue;
     const bool live = j < lk;
 #pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      const int column = dt * 8 + lane % 4 * 2;
+    for (int dt = 0; dt < kCols / 8; ++dt) {
+      const int column = c0 + dt * 8 + lane % 4 * 2;
       *reinterpret_cast<std::uint32_t*>(dk + j * a.k_seq_stride + column) =
-          pack<T>(live ? a.scale * dk_acc[dt][2 * r] : 0.0f, live ? a.scale * dk_acc[dt][2 * r + 1] : 0.0f);
+          pack<T>(live ? dk_scale * dk_acc[dt][2 * r] : 0.0f, live ? dk_scale * dk_acc[dt][2 * r + 1] : 0.0f);
       *reinterpret_cast<std::uint32_t*>(dv + j * a.v_seq_stride + column) =
           pack<T>(live ? dv_acc[dt][2 * r] : 0.0f, live ? dv_acc[dt][2 * r + 1] : 0.0f);
     }
@@ -290,29 +510,32 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const BackwardArgs args)
 }
 
 // ---------------------------------------------------------------------------
-// The deterministic subject's dQ: a block of 4 warps per 64 query rows of one
-// (batch, query head); warp w owns rows 16w ... 16w + 15 (its m16 tile) and
-// their dQ accumulator (16 x D, f32, registers). Q and dO of the block are
-// loaded once; the block walks the key tiles that any of its rows sees, in
-// order, K and V of each in shared memory:
-//   S  = Q K^T,  P = exp(S scale - LSE_i) where row i sees the key, else 0
+// The deterministic subject's dQ: a block of QShape<D>'s warps per 16 kWarps
+// query rows of one (batch, query head); warp w owns rows 16w ... 16w + 15
+// (its m16 tile) and their dQ accumulator (16 x D, f32, registers). Q and dO
+// of the block are loaded once; the block walks the key tiles that any of its
+// rows sees, in order, kKeys at a time, the next tile's K and V loading
+// (cp.async, a second buffer) while this one computes:
+//   S  = Q K^T,  P = exp2(S scale log2 e - LSE_i log2 e) where row i sees the
+//                key, else 0
 //   dP = dO V^T, dS = P o (dP - D_i)
 //   dQ += dS K  (dS rounded to T: A operand)
 // and at the end dQ = scale dQ. One warp sums each element, in key order: no
 // atomics, bitwise repeatable.
-template <typename T, int D>
-__global__ void __launch_bounds__(kThreads) dq_kernel(const BackwardArgs args) {
-  constexpr int kTilesK = kBlockKeys / 8;
-  constexpr std::uint32_t kRowTileBytes = kBlockQueries * D * 2, kKeyTileBytes = kBlockKeys * D * 2;
+template <typename T, int D, MmaBackwardFlaw kFlaw = MmaBackwardFlaw::none>
+__global__ void __launch_bounds__(32 * QShape<D>::kWarps) dq_kernel(const BackwardArgs args) {
+  constexpr int kWarps = QShape<D>::kWarps, kThreads = 32 * kWarps, kKeys = QShape<D>::kKeys;
+  constexpr int kRows = 16 * kWarps, kTilesK = kKeys / 8;
+  constexpr std::uint32_t kRowTileBytes = kRows * D * 2, kKeyTileBytes = kKeys * D * 2;
   extern __shared__ __align__(128) unsigned char smem[];
-  // Q [64][D] | dO [64][D] | K [64][D] | V [64][D], all swizzled.
+  // Q [kRows][D] | dO [kRows][D] | 2 x (K [kKeys][D] | V [kKeys][D]), all swizzled.
   const std::uint32_t q_tile = mma::shared_address(smem), do_tile = q_tile + kRowTileBytes;
-  const std::uint32_t k_tile = do_tile + kRowTileBytes, v_tile = k_tile + kKeyTileBytes;
+  const std::uint32_t key_tiles = do_tile + kRowTileBytes;
 
   const gpu::AttentionArgs& a = args.attention;
   const int b = blockIdx.y / a.heads_q, h = blockIdx.y % a.heads_q, hk = h / (a.heads_q / a.heads_kv);
   const int lq = query_length(a, b), lk = key_length(a, b);
-  const int q0 = blockIdx.x * kBlockQueries;
+  const int q0 = blockIdx.x * kRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int warp_row0 = q0 + warp * 16;  // this thread's rows: warp_row0 + lane / 4 and + 8
   float dq_acc[D / 8][4] = {};
@@ -322,55 +545,58 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const BackwardArgs args) {
     const T* dout = static_cast<const T*>(args.dout) + b * a.o_batch_stride + h * a.o_head_stride;
     const T* k = static_cast<const T*>(a.k) + b * a.k_batch_stride + hk * a.k_head_stride;
     const T* v = static_cast<const T*>(a.v) + b * a.v_batch_stride + hk * a.v_head_stride;
-    mma::copy_tile<kBlockQueries, D, true>(q_tile, q + q0 * a.q_seq_stride, a.q_seq_stride, lq - q0);
-    mma::copy_tile<kBlockQueries, D, true>(do_tile, dout + q0 * a.o_seq_stride, a.o_seq_stride, lq - q0);
-    mma::cp_async_commit();
+    auto load_keys = [&](int j0, int buffer) {
+      // Rows past lk are zero-filled; j0 < lk, so the source's first row is inside the tensor.
+      const std::uint32_t k_tile = key_tiles + buffer * 2 * kKeyTileBytes;
+      copy_rows<kKeys, D, kThreads>(k_tile, k + j0 * a.k_seq_stride, a.k_seq_stride, lk - j0);
+      copy_rows<kKeys, D, kThreads>(k_tile + kKeyTileBytes, v + j0 * a.v_seq_stride, a.v_seq_stride, lk - j0);
+    };
+    copy_rows<kRows, D, kThreads>(q_tile, q + q0 * a.q_seq_stride, a.q_seq_stride, lq - q0);
+    copy_rows<kRows, D, kThreads>(do_tile, dout + q0 * a.o_seq_stride, a.o_seq_stride, lq - q0);
 
-    // This thread's two rows: LSE, D_i and the keys they see (empty past the
-    // sequence and for rows that see no key, LSE = -inf: no gradient).
+    // This thread's two rows.
     const std::int64_t row_base = (static_cast<std::int64_t>(b) * a.heads_q + h) * a.seqlen_q;
-    float row_lse[2], row_delta[2];
-    KeyRange row_keys[2];
+    RowInfo rows[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int i = warp_row0 + lane / 4 + 8 * r;
-      row_lse[r] = i < lq ? a.lse[row_base + i] : -INFINITY;
-      row_delta[r] = i < lq ? args.delta[row_base + i] : 0.0f;
-      row_keys[r] = i < lq && row_lse[r] != -INFINITY ? visible_keys(a, i, lq, lk) : KeyRange{0, -1};
-    }
+    for (int r = 0; r < 2; ++r)
+      rows[r] = row_info(a, a.lse + row_base, args.delta + row_base, warp_row0 + lane / 4 + 8 * r, lq, lk);
+    const float scale_log2 = a.scale * kLog2e;
 
-    const KeyRange block = rowthread_bwd::keys_of_rows(a, q0, min(q0 + kBlockQueries, lq) - 1, lq, lk);
-    for (int j0 = block.first / kBlockKeys * kBlockKeys; j0 <= block.last; j0 += kBlockKeys) {
-      // Rows past lk are zero-filled; j0 <= block.last < lk, so the source's first row is inside the tensor.
-      mma::copy_tile<kBlockKeys, D, true>(k_tile, k + j0 * a.k_seq_stride, a.k_seq_stride, lk - j0);
-      mma::copy_tile<kBlockKeys, D, true>(v_tile, v + j0 * a.v_seq_stride, a.v_seq_stride, lk - j0);
+    const KeyRange block = rowthread_bwd::keys_of_rows(a, q0, min(q0 + kRows, lq) - 1, lq, lk);
+    const int j_first = block.first / kKeys * kKeys;
+    if (j_first <= block.last) load_keys(j_first, 0);
+    mma::cp_async_commit();  // Q and dO with the first key tile: one group
+    for (int j0 = j_first, buffer = 0; j0 <= block.last; j0 += kKeys, buffer ^= 1) {
+      if (j0 + kKeys <= block.last) load_keys(j0 + kKeys, buffer ^ 1);  // read by the last tile: all passed its barrier
       mma::cp_async_commit();
-      mma::cp_async_wait<0>();  // Q and dO (first tile), K and V have landed
+      mma::cp_async_wait<1>();  // everything but the next tile's group
       __syncthreads();
+      const std::uint32_t k_tile = key_tiles + buffer * 2 * kKeyTileBytes, v_tile = k_tile + kKeyTileBytes;
 
       // S = Q K^T, then P in place: element e of n-tile nt is row
       // warp_row0 + g + 8 (e / 2), key j0 + nt * 8 + 2t + e % 2.
       float p[kTilesK][4] = {};
-      product_abt<T, D, kTilesK>(p, q_tile, warp * 16, k_tile);
+      product_abt<T, D, D, kTilesK>(p, q_tile, warp * 16, k_tile, 0);
 #pragma unroll
       for (int nt = 0; nt < kTilesK; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = j0 + nt * 8 + lane % 4 * 2 + e % 2;
-          p[nt][e] = sees(row_keys[e / 2], key) ? expf(p[nt][e] * a.scale - row_lse[e / 2]) : 0.0f;
+          const RowInfo& row = rows[e / 2];
+          p[nt][e] = sees(row.keys, key) ? fast_exp2(fmaf(p[nt][e], scale_log2, -row.lse_log2)) : 0.0f;
         }
 
       // dP = dO V^T, then dS = P o (dP - D_i) in place, and dQ += dS K.
       float ds[kTilesK][4] = {};
-      product_abt<T, D, kTilesK>(ds, do_tile, warp * 16, v_tile);
+      product_abt<T, D, D, kTilesK>(ds, do_tile, warp * 16, v_tile, 0);
 #pragma unroll
       for (int nt = 0; nt < kTilesK; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - row_delta[e / 2]);
+        for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - rows[e / 2].delta);
       std::uint32_t fragments[kTilesK / 2][4];
       to_fragments<T>(ds, fragments);
-      mma::pv_x4<T, D, true, kTilesK / 2>(dq_acc, fragments, k_tile);
-      __syncthreads();  // the next tile overwrites K and V
+      product_ab<T, D, D, kTilesK / 2>(dq_acc, fragments, k_tile, 0);
+      __syncthreads();  // the next tile's copies overwrite this buffer
     }
     // Where the rows see no key, Q and dO's copies were never waited for:
     // none may still be writing shared memory when the block ends.
@@ -380,85 +606,93 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const BackwardArgs args) {
   // Every row of the padded shape is written: past the sequence 0 (and rows
   // that see no key have 0 accumulators).
   T* dq = static_cast<T*>(args.dq) + b * a.q_batch_stride + h * a.q_head_stride;
+  const float dq_scale = kFlaw == MmaBackwardFlaw::scale_missing_in_ds ? 1.0f : a.scale;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int i = warp_row0 + lane / 4 + 8 * r;
     if (i >= a.seqlen_q) continue;
     const bool live = i < lq;
 #pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt)
-      *reinterpret_cast<std::uint32_t*>(dq + i * a.q_seq_stride + dt * 8 + lane % 4 * 2) =
-          pack<T>(live ? a.scale * dq_acc[dt][2 * r] : 0.0f, live ? a.scale * dq_acc[dt][2 * r + 1] : 0.0f);
+    for (int dt = 0; dt < D / 8; ++dt) {
+      const int column = dt * 8 + lane % 4 * 2;
+      float x = live ? dq_scale * dq_acc[dt][2 * r] : 0.0f, y = live ? dq_scale * dq_acc[dt][2 * r + 1] : 0.0f;
+      if (kFlaw == MmaBackwardFlaw::d256_only_wrong && D == 256 && column + 1 == D - 1) y = 0.0f;
+      *reinterpret_cast<std::uint32_t*>(dq + i * a.q_seq_stride + column) = pack<T>(x, y);
+    }
   }
 }
 
 // ---------------------------------------------------------------------------
 // Host side.
 
-/// Dynamic shared memory of each kernel (bytes).
+/// Dynamic shared memory of each kernel (bytes), as the kernels lay it out.
 template <int D, bool kAtomicDq>
-inline constexpr int kDkdvSmemBytes = 2 * kBlockKeys * D * 2 + 2 * kStepQueries<D> * D * 2 +
-                                      (kAtomicDq ? kBlockKeys * kStepQueries<D> * 2 : 0) + 4 * kStepQueries<D> * 4;
+inline constexpr int kDkdvSmemBytes = [] {
+  using S = KvShape<D>;
+  const int warps = S::kKeyWarps * S::kSplit, keys = 16 * S::kKeyWarps;
+  return 2 * keys * D * 2 + 4 * S::kStep * D * 2 + (S::kSplit > 1 ? 2 * warps * S::kStep / 8 * 4 * 32 * 4 : 0) +
+         (kAtomicDq ? keys * S::kStep * 2 : 0) + 2 * 4 * S::kStep * 4;
+}();
 template <int D>
-inline constexpr int kDqSmemBytes = 2 * kBlockQueries * D * 2 + 2 * kBlockKeys * D * 2;
+inline constexpr int kDqSmemBytes = 2 * 16 * QShape<D>::kWarps * D * 2 + 4 * QShape<D>::kKeys * D * 2;
 
 /// Calls `go.template operator()<T, D>()` for the args' dtype (__half or
-/// __nv_bfloat16) and head dim (64 or 128; inside the declared domain).
+/// __nv_bfloat16) and head dim (64, 128 or 256; inside the declared domain).
 template <typename Go>
 void with_backward_instance(const gpu::AttentionArgs& a, Go&& go) {
-  if (a.dtype == kDTypeBf16) {
-    if (a.head_dim == 64) go.template operator()<__nv_bfloat16, 64>();
-    else go.template operator()<__nv_bfloat16, 128>();
-  } else {
-    if (a.head_dim == 64) go.template operator()<__half, 64>();
-    else go.template operator()<__half, 128>();
-  }
+  auto by_dim = [&]<typename T>() {
+    if (a.head_dim == 64) go.template operator()<T, 64>();
+    else if (a.head_dim == 128) go.template operator()<T, 128>();
+    else go.template operator()<T, 256>();
+  };
+  if (a.dtype == kDTypeBf16) by_dim.template operator()<__nv_bfloat16>();
+  else by_dim.template operator()<__half>();
 }
 
 inline unsigned tiles(int rows, int tile) { return static_cast<unsigned>((rows + tile - 1) / tile); }
 
-}  // namespace flashcheck::kernels::mma_bwd
+}  // namespace mma_bwd
 
-namespace flashcheck::kernels {
-
-/// Enqueues the backward on the stream: D_i (rowthread's kernel), then dK/dV
-/// (with dQ's atomic share when kAtomicDq), then dQ (from the accumulator by
-/// rowthread's kernel when kAtomicDq, else the deterministic dQ kernel).
-/// Throws gpu::CudaError.
-template <bool kAtomicDq>
+/// Enqueues the backward on the stream: D_i, then dK/dV (with dQ's atomic
+/// share when kAtomicDq), then dQ (from the accumulator when kAtomicDq, else
+/// the deterministic dQ kernel). Throws gpu::CudaError.
+template <bool kAtomicDq, MmaBackwardFlaw kFlaw = MmaBackwardFlaw::none>
 void launch_mma_backward(const BackwardArgs& args, const gpu::CallSite& site) {
   using namespace mma_bwd;
   const gpu::AttentionArgs& a = args.attention;
-  static_assert(kMmaBackwardCapabilities.tile_kv == kBlockKeys && kMmaBackwardCapabilities.tile_q == kBlockQueries,
-                "the domain declares the kernels' tiles");
-  const dim3 row_grid(rowthread_bwd::blocks(a.seqlen_q), a.batch * a.heads_q);  // a thread per row
-  const dim3 key_grid(tiles(a.seqlen_kv, kBlockKeys), a.batch * a.heads_kv);
-  const dim3 query_grid(tiles(a.seqlen_q, kBlockQueries), a.batch * a.heads_q);
-  with_backward_instance(a, [&]<typename T, int D>() {
-    static_assert(D == 64 || D == 128, "dK and dV of 16 keys x D in registers: D <= 128");
+  mma_bwd::with_backward_instance(a, [&]<typename T, int D>() {
+    static_assert(kMmaBackwardCapabilities.tile_kv == 16 * KvShape<64>::kKeyWarps &&
+                      kMmaBackwardCapabilities.tile_q == 16 * QShape<64>::kWarps,
+                  "the domain declares the kernels' tiles (the smallest head dim's)");
+    constexpr int kRowsPerBlock = 256 / (D / 8);  // delta_kernel and dq_from_accumulator_kernel
+    const dim3 row_grid(tiles(a.seqlen_q, kRowsPerBlock), a.batch * a.heads_q);
+    const dim3 key_grid(tiles(a.seqlen_kv, 16 * KvShape<D>::kKeyWarps), a.batch * a.heads_kv);
+    const dim3 query_grid(tiles(a.seqlen_q, 16 * QShape<D>::kWarps), a.batch * a.heads_q);
     if (row_grid.x > 0 && row_grid.y > 0) {
-      rowthread_bwd::delta_kernel<T><<<row_grid, rowthread_bwd::kThreads, 0, a.stream>>>(args);
-      gpu::check_launch("rowthread_bwd::delta_kernel", site);
+      mma_bwd::delta_kernel<T, D, kFlaw><<<row_grid, 256, 0, a.stream>>>(args);
+      gpu::check_launch("mma_bwd::delta_kernel", site);
     }
     if (key_grid.x > 0 && key_grid.y > 0) {
       constexpr int kSmem = kDkdvSmemBytes<D, kAtomicDq>;
-      gpu::check(cudaFuncSetAttribute(dkdv_kernel<T, D, kAtomicDq>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+      constexpr int kThreads = 32 * KvShape<D>::kKeyWarps * KvShape<D>::kSplit;
+      gpu::check(cudaFuncSetAttribute(dkdv_kernel<T, D, kAtomicDq, kFlaw>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                  "cudaFuncSetAttribute", site);
-      dkdv_kernel<T, D, kAtomicDq><<<key_grid, kThreads, kSmem, a.stream>>>(args);
+      dkdv_kernel<T, D, kAtomicDq, kFlaw><<<key_grid, kThreads, kSmem, a.stream>>>(args);
       gpu::check_launch("mma_bwd::dkdv_kernel", site);
     }
     if constexpr (kAtomicDq) {
       if (row_grid.x > 0 && row_grid.y > 0) {
         // Every row of the padded shape: scale x accumulator, 0 past the
         // sequence (rows that see no key were never added to: 0).
-        rowthread_bwd::dq_from_accumulator_kernel<T><<<row_grid, rowthread_bwd::kThreads, 0, a.stream>>>(args);
-        gpu::check_launch("rowthread_bwd::dq_from_accumulator_kernel", site);
+        mma_bwd::dq_from_accumulator_kernel<T, D><<<row_grid, 256, 0, a.stream>>>(args);
+        gpu::check_launch("mma_bwd::dq_from_accumulator_kernel", site);
       }
     } else if (query_grid.x > 0 && query_grid.y > 0) {
       constexpr int kSmem = kDqSmemBytes<D>;
-      gpu::check(cudaFuncSetAttribute(dq_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+      gpu::check(cudaFuncSetAttribute(dq_kernel<T, D, kFlaw>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                  "cudaFuncSetAttribute", site);
-      dq_kernel<T, D><<<query_grid, kThreads, kSmem, a.stream>>>(args);
+      dq_kernel<T, D, kFlaw><<<query_grid, 32 * QShape<D>::kWarps, kSmem, a.stream>>>(args);
       gpu::check_launch("mma_bwd::dq_kernel", site);
     }
   });

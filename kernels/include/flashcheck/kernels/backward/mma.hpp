@@ -17,10 +17,11 @@ namespace flashcheck::kernels {
 inline constexpr std::string_view kMmaBackwardName = "fa2-mma-bwd";
 inline constexpr std::string_view kMmaBackwardDeterministicName = "fa2-mma-bwd-det";
 
-/// The family's tiles: the dK/dV kernel owns 64 keys a block (16 a warp) and
-/// walks the queries 64 at a time (32 at d = 128); the deterministic dQ kernel
-/// owns 64 query rows a block (16 a warp) and walks the keys 64 at a time.
-inline constexpr int kMmaBackwardBlockKeys = 64;
+/// The family's tiles: the dK/dV kernel owns 128 keys a block (16 a warp; 64
+/// at d = 256) and walks the queries 64 at a time (32 at d >= 128); the
+/// deterministic dQ kernel owns 64 query rows a block (16 a warp) and walks the
+/// keys 64 at a time (32 at d = 256). backward/mma_kernel.cuh: KvShape, QShape.
+inline constexpr int kMmaBackwardBlockKeys = 128;
 inline constexpr int kMmaBackwardBlockQueries = 64;
 
 /// fa2-mma-bwd's domain (fa2-mma-bwd-det's is the same, deterministic):
@@ -36,7 +37,7 @@ inline constexpr int kMmaBackwardBlockQueries = 64;
 /// NaN. The forward (Subject::run) is fa2-rowthread-bwd's, on this domain.
 inline constexpr Capabilities kMmaBackwardCapabilities = {
     .dtypes = {DType::f16, DType::bf16},
-    .head_dims = {64, 128},
+    .head_dims = {64, 128, 256},
     .head_dim_v_equal = true,
     .masks = {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window},
     .gqa = true,
