@@ -79,18 +79,25 @@ struct QShape {
   static constexpr int kKeys = D == 256 ? 32 : 64;
 };
 
-/// Byte offset of element (row, col) of a [rows][kCols] tile of 2-byte
-/// elements, laid out in 16-byte chunks as mma::tile_offset lays them out.
-template <int kCols, bool kSwizzle>
-__device__ __forceinline__ std::uint32_t element_offset(int row, int col) {
-  return mma::tile_offset<kCols, kSwizzle>(row, col / 8 * 8) + static_cast<std::uint32_t>(col % 8 * 2);
-}
-
 /// Starts copying rows [0, kRows) of a [rows][D] global tile (row stride
 /// `stride` elements) into a swizzled shared tile at `dst`, rows >=
 /// valid_rows zero-filled (cp.async's src-size 0; the source is then `src`,
 /// which must be inside the tensor). Every one of the block's kThreads
 /// threads takes part; the caller commits. (mma::copy_tile for any block.)
+/// Byte offset of element (row, col) of the atomic subject's dS^T tile,
+/// [rows][kStep] 2-byte elements, swizzled so that the 8 rows an ldmatrix (or
+/// the 8 lanes g of a fragment store) touch at one 16-byte chunk fall in 8
+/// different bank groups: with 8 chunks a row (kStep = 64) chunk c of row r
+/// lives at c ^ (r % 8), as mma::tile_offset; with 4 (kStep = 32, 64-byte rows,
+/// two rows to 128 bytes) at c ^ (r / 2 % 4).
+template <int kStep>
+__device__ __forceinline__ std::uint32_t ds_offset(int row, int col) {
+  constexpr int kChunks = kStep / 8;
+  static_assert(kChunks == 8 || kChunks == 4, "dS^T rows of 32 or 64 queries");
+  const int chunk = col / 8, swizzled = kChunks == 8 ? chunk ^ (row % 8) : chunk ^ (row / 2 % 4);
+  return static_cast<std::uint32_t>(row * kStep * 2 + swizzled * 16 + col % 8 * 2);
+}
+
 template <int kRows, int D, int kThreads, typename T>
 __device__ __forceinline__ void copy_rows(std::uint32_t dst, const T* src, std::int64_t stride, int valid_rows) {
   constexpr int kChunks = D / 8, kRowStep = kThreads / kChunks;
@@ -126,13 +133,16 @@ __device__ __forceinline__ void product_abt(float (&c)[kTilesN][4], std::uint32_
     for (int half = 0; half < 2; ++half)
       mma::ldmatrix_x4(a[half],
                        a_tile + mma::tile_offset<D, true>(a_row0 + lane % 16, kk * 32 + half * 16 + lane / 16 * 8));
+    // Every n-tile's B first, then the first k-step over them all and the
+    // second: no mma waits on the one just issued (the same accumulator).
+    std::uint32_t bf[kTilesN][4];
 #pragma unroll
-    for (int nt = 0; nt < kTilesN; ++nt) {
-      std::uint32_t bf[4];
-      mma::ldmatrix_x4(bf, b_tile + mma::tile_offset<D, true>(nt * 8 + lane % 8, kk * 32 + lane / 8 * 8));
-      mma::mma_16816<T>(c[nt], a[0], bf[0], bf[1]);
-      mma::mma_16816<T>(c[nt], a[1], bf[2], bf[3]);
-    }
+    for (int nt = 0; nt < kTilesN; ++nt)
+      mma::ldmatrix_x4(bf[nt], b_tile + mma::tile_offset<D, true>(nt * 8 + lane % 8, kk * 32 + lane / 8 * 8));
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int nt = 0; nt < kTilesN; ++nt) mma::mma_16816<T>(c[nt], a[half], bf[nt][2 * half], bf[nt][2 * half + 1]);
   }
 }
 
@@ -252,7 +262,6 @@ template <typename T, int D, int kKeys, int kStep, int kWarps>
 __device__ __forceinline__ void add_dq_atomic(float* dq_rows, int valid_rows, std::uint32_t ds_tile,
                                               std::uint32_t k_tile) {
   constexpr int kChunks = D / 32, kItems = kStep / 16 * kChunks;
-  constexpr bool kSwizzleDs = kStep >= 64;  // tile_offset's swizzle spans 8 chunks a row
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll 1  // one item's registers at a time, beside the caller's dK and dV
   for (int item = warp; item < kItems; item += kWarps) {
@@ -262,7 +271,7 @@ __device__ __forceinline__ void add_dq_atomic(float* dq_rows, int valid_rows, st
     for (int kk = 0; kk < kKeys / 16; ++kk) {
       std::uint32_t a[4];
       const int ds_row = kk * 16 + lane / 16 * 8 + lane % 8, ds_column = mt * 16 + lane / 8 % 2 * 8;
-      mma::ldmatrix_x4_trans(a, ds_tile + element_offset<kStep, kSwizzleDs>(ds_row, ds_column));
+      mma::ldmatrix_x4_trans(a, ds_tile + ds_offset<kStep>(ds_row, ds_column));
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         std::uint32_t bf[4];
@@ -333,11 +342,12 @@ __global__ void __launch_bounds__(32 * KvShape<D>::kKeyWarps * KvShape<D>::kSpli
   constexpr std::uint32_t kExchangeOffset = kStepOffset + 4 * kStepTileBytes;
   constexpr std::uint32_t kExchangeBytes = kSplit > 1 ? kWarps * kTilesQ * 4 * 32 * 4 : 0;
   constexpr std::uint32_t kDsOffset = kExchangeOffset + 2 * kExchangeBytes;
-  constexpr std::uint32_t kRowInfoOffset = kDsOffset + (kAtomicDq ? kKeys * kStep * 2 : 0);
+  constexpr std::uint32_t kDsTileBytes = kAtomicDq ? kKeys * kStep * 2 : 0;
+  constexpr std::uint32_t kRowInfoOffset = kDsOffset + 2 * kDsTileBytes;
   static_assert(kStep <= kThreads, "a thread per row loads a step's row information");
   extern __shared__ __align__(128) unsigned char smem[];
   // K [kKeys][D] | V [kKeys][D] | 2 x (Q [kStep][D] | dO [kStep][D]) (swizzled)
-  // | 2 x exchange (kSplit = 2: S^T's halves, dP^T's) | dS^T [kKeys][kStep] (kAtomicDq)
+  // | 2 x exchange (kSplit = 2: S^T's halves, dP^T's) | 2 x dS^T [kKeys][kStep] (kAtomicDq)
   // | 2 x per query row of the step: log2(e) LSE, D_i, its first and last key.
   const std::uint32_t k_tile = mma::shared_address(smem), v_tile = k_tile + kKeyTileBytes;
   const std::uint32_t ds_tile = k_tile + kDsOffset;
@@ -384,6 +394,12 @@ __global__ void __launch_bounds__(32 * KvShape<D>::kKeyWarps * KvShape<D>::kSpli
       const std::int64_t row_base = (static_cast<std::int64_t>(b) * a.heads_q + head_of(s)) * a.seqlen_q;
       return row_info(a, a.lse + row_base, args.delta + row_base, s % steps_per_head * kStep + threadIdx.x, lq, lk);
     };
+    auto add_dq_share = [&](int step, int buffer) {  // kAtomicDq: step's dQ += dS K, from dS^T's buffer
+      const int i0 = step % steps_per_head * kStep;
+      const std::int64_t row_base = (static_cast<std::int64_t>(b) * a.heads_q + head_of(step)) * a.seqlen_q;
+      add_dq_atomic<T, D, kKeys, kStep, kWarps>(args.dq_accum + (row_base + i0) * D, lq - i0,
+                                               ds_tile + buffer * kDsTileBytes, k_tile);
+    };
     auto store_row = [&](const RowInfo& info, int buffer) {
       float* base = reinterpret_cast<float*>(smem + kRowInfoOffset) + buffer * 4 * kStep;
       base[threadIdx.x] = info.lse_log2;
@@ -402,16 +418,27 @@ __global__ void __launch_bounds__(32 * KvShape<D>::kKeyWarps * KvShape<D>::kSpli
     }
     mma::cp_async_commit();  // K and V with the first step's Q and dO: one group
 
-    for (int buffer = 0; s < steps; buffer ^= 1) {
+    // One barrier a step: past it, this step's copies have landed (every
+    // thread's) and its row information is stored, and every warp is done
+    // with the step before, so the other buffer (Q, dO, row information, and
+    // dS^T with the atomic dQ) is free for the next step.
+    int previous = -1;  // kAtomicDq: the step whose dS^T waits for its dQ share
+    int buffer = 0;
+    for (; s < steps; buffer ^= 1) {
+      mma::cp_async_wait<0>();
+      __syncthreads();
       const int next = next_step(s + 1);
       RowInfo next_row{};
       if (next < steps) {
-        load_step(next, buffer ^ 1);  // the buffer the last step read: every warp passed its closing barrier
+        load_step(next, buffer ^ 1);
         if (threadIdx.x < kStep) next_row = load_row(next);  // stored after the products: the loads overlap them
       }
       mma::cp_async_commit();
-      mma::cp_async_wait<1>();  // everything but the next step's group: this step's Q and dO have landed
-      __syncthreads();          // ... for every thread's copies, and this step's row information is stored
+      if constexpr (kAtomicDq) {
+        // The step before's dQ share, from its dS^T (the other buffer): one
+        // step late, so that no barrier waits between dS^T's writes and reads.
+        if (previous >= 0) add_dq_share(previous, buffer ^ 1);
+      }
 
       const std::uint32_t q_tile = k_tile + kStepOffset + buffer * 2 * kStepTileBytes, do_tile = q_tile + kStepTileBytes;
       const float* row_lse = reinterpret_cast<const float*>(smem + kRowInfoOffset) + buffer * 4 * kStep;
@@ -466,22 +493,21 @@ __global__ void __launch_bounds__(32 * KvShape<D>::kKeyWarps * KvShape<D>::kSpli
           for (int nt = 0; nt < kTilesQ; ++nt)
 #pragma unroll
             for (int r = 0; r < 2; ++r)
-              *reinterpret_cast<std::uint32_t*>(smem + kDsOffset +
-                                                element_offset<kStep, (kStep >= 64)>(key_warp * 16 + lane / 4 + 8 * r,
-                                                                                     nt * 8 + lane % 4 * 2)) =
+              *reinterpret_cast<std::uint32_t*>(smem + kDsOffset + buffer * kDsTileBytes +
+                                                ds_offset<kStep>(key_warp * 16 + lane / 4 + 8 * r, nt * 8 + lane % 4 * 2)) =
                   fragments[nt / 2][nt % 2 * 2 + r];
         }
       }
       product_ab<T, D, kCols, kTilesQ / 2>(dk_acc, fragments, q_tile, c0);  // dK += dS^T Q (scaled at the end)
-      if constexpr (kAtomicDq) {
-        __syncthreads();  // every warp's keys of dS^T are written
-        const int h = head_of(s), i0 = s % steps_per_head * kStep;
-        const std::int64_t row_base = (static_cast<std::int64_t>(b) * a.heads_q + h) * a.seqlen_q;
-        add_dq_atomic<T, D, kKeys, kStep, kWarps>(args.dq_accum + (row_base + i0) * D, lq - i0, ds_tile, k_tile);
-      }
       if (next < steps && threadIdx.x < kStep) store_row(next_row, buffer ^ 1);
-      __syncthreads();  // the next step's copies overwrite this buffer, dS^T and the exchange
+      previous = s;
       s = next;
+    }
+    if constexpr (kAtomicDq) {
+      if (previous >= 0) {
+        __syncthreads();  // every warp's keys of the last step's dS^T are written
+        add_dq_share(previous, buffer ^ 1);  // the last step's buffer
+      }
     }
     // Where every step was skipped, K and V's copies were never waited for:
     // none may still be writing shared memory when the block ends.
@@ -567,10 +593,13 @@ __global__ void __launch_bounds__(32 * QShape<D>::kWarps) dq_kernel(const Backwa
     if (j_first <= block.last) load_keys(j_first, 0);
     mma::cp_async_commit();  // Q and dO with the first key tile: one group
     for (int j0 = j_first, buffer = 0; j0 <= block.last; j0 += kKeys, buffer ^= 1) {
-      if (j0 + kKeys <= block.last) load_keys(j0 + kKeys, buffer ^ 1);  // read by the last tile: all passed its barrier
-      mma::cp_async_commit();
-      mma::cp_async_wait<1>();  // everything but the next tile's group
+      // One barrier a tile: past it, this tile's copies have landed (every
+      // thread's), and every warp is done with the tile before, whose buffer
+      // the next tile's copies then take.
+      mma::cp_async_wait<0>();
       __syncthreads();
+      if (j0 + kKeys <= block.last) load_keys(j0 + kKeys, buffer ^ 1);
+      mma::cp_async_commit();
       const std::uint32_t k_tile = key_tiles + buffer * 2 * kKeyTileBytes, v_tile = k_tile + kKeyTileBytes;
 
       // S = Q K^T, then P in place: element e of n-tile nt is row
@@ -596,7 +625,6 @@ __global__ void __launch_bounds__(32 * QShape<D>::kWarps) dq_kernel(const Backwa
       std::uint32_t fragments[kTilesK / 2][4];
       to_fragments<T>(ds, fragments);
       product_ab<T, D, D, kTilesK / 2>(dq_acc, fragments, k_tile, 0);
-      __syncthreads();  // the next tile's copies overwrite this buffer
     }
     // Where the rows see no key, Q and dO's copies were never waited for:
     // none may still be writing shared memory when the block ends.
@@ -631,7 +659,7 @@ inline constexpr int kDkdvSmemBytes = [] {
   using S = KvShape<D>;
   const int warps = S::kKeyWarps * S::kSplit, keys = 16 * S::kKeyWarps;
   return 2 * keys * D * 2 + 4 * S::kStep * D * 2 + (S::kSplit > 1 ? 2 * warps * S::kStep / 8 * 4 * 32 * 4 : 0) +
-         (kAtomicDq ? keys * S::kStep * 2 : 0) + 2 * 4 * S::kStep * 4;
+         (kAtomicDq ? 2 * keys * S::kStep * 2 : 0) + 2 * 4 * S::kStep * 4;
 }();
 template <int D>
 inline constexpr int kDqSmemBytes = 2 * 16 * QShape<D>::kWarps * D * 2 + 4 * QShape<D>::kKeys * D * 2;
