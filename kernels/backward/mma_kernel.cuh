@@ -195,7 +195,9 @@ template <typename T, int D, MmaBackwardFlaw kFlaw>
 __global__ void __launch_bounds__(256) delta_kernel(const BackwardArgs args) {
   constexpr int kLanes = D / 8, kRows = 256 / kLanes;
   const gpu::AttentionArgs& a = args.attention;
-  const int b = blockIdx.y / a.heads_q, h = blockIdx.y % a.heads_q;
+  const int pair = head_pair();
+  if (pair >= a.batch * a.heads_q) return;  // the last grid slice's tail (block-uniform)
+  const int b = pair / a.heads_q, h = pair % a.heads_q;
   const int i = blockIdx.x * kRows + static_cast<int>(threadIdx.x) / kLanes, c = threadIdx.x % kLanes * 8;
   float sum = 0.0f;
   if (i < query_length(a, b)) {  // i < seqlen_q, so the row is inside the tensors
@@ -232,7 +234,9 @@ template <typename T, int D>
 __global__ void __launch_bounds__(256) dq_from_accumulator_kernel(const BackwardArgs args) {
   constexpr int kLanes = D / 8, kRows = 256 / kLanes;
   const gpu::AttentionArgs& a = args.attention;
-  const int b = blockIdx.y / a.heads_q, h = blockIdx.y % a.heads_q;
+  const int pair = head_pair();
+  if (pair >= a.batch * a.heads_q) return;  // the last grid slice's tail (block-uniform)
+  const int b = pair / a.heads_q, h = pair % a.heads_q;
   const int i = blockIdx.x * kRows + static_cast<int>(threadIdx.x) / kLanes, c = threadIdx.x % kLanes * 8;
   if (i >= a.seqlen_q) return;
   const bool live = i < query_length(a, b);
@@ -355,7 +359,9 @@ __global__ void __launch_bounds__(32 * KvShape<D>::kKeyWarps * KvShape<D>::kSpli
   float* exchange_dp = reinterpret_cast<float*>(smem + kExchangeOffset + kExchangeBytes);
 
   const gpu::AttentionArgs& a = args.attention;
-  const int b = blockIdx.y / a.heads_kv, hk = blockIdx.y % a.heads_kv, group = a.heads_q / a.heads_kv;
+  const int pair = head_pair();
+  if (pair >= a.batch * a.heads_kv) return;  // the last grid slice's tail (block-uniform)
+  const int b = pair / a.heads_kv, hk = pair % a.heads_kv, group = a.heads_q / a.heads_kv;
   const int lq = query_length(a, b), lk = key_length(a, b);
   const int key0 = blockIdx.x * kKeys;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -559,7 +565,9 @@ __global__ void __launch_bounds__(32 * QShape<D>::kWarps) dq_kernel(const Backwa
   const std::uint32_t key_tiles = do_tile + kRowTileBytes;
 
   const gpu::AttentionArgs& a = args.attention;
-  const int b = blockIdx.y / a.heads_q, h = blockIdx.y % a.heads_q, hk = h / (a.heads_q / a.heads_kv);
+  const int pair = head_pair();
+  if (pair >= a.batch * a.heads_q) return;  // the last grid slice's tail (block-uniform)
+  const int b = pair / a.heads_q, h = pair % a.heads_q, hk = h / (a.heads_q / a.heads_kv);
   const int lq = query_length(a, b), lk = key_length(a, b);
   const int q0 = blockIdx.x * kRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -693,9 +701,9 @@ void launch_mma_backward(const BackwardArgs& args, const gpu::CallSite& site) {
                       kMmaBackwardCapabilities.tile_q == 16 * QShape<64>::kWarps,
                   "the domain declares the kernels' tiles (the smallest head dim's)");
     constexpr int kRowsPerBlock = 256 / (D / 8);  // delta_kernel and dq_from_accumulator_kernel
-    const dim3 row_grid(tiles(a.seqlen_q, kRowsPerBlock), a.batch * a.heads_q);
-    const dim3 key_grid(tiles(a.seqlen_kv, 16 * KvShape<D>::kKeyWarps), a.batch * a.heads_kv);
-    const dim3 query_grid(tiles(a.seqlen_q, 16 * QShape<D>::kWarps), a.batch * a.heads_q);
+    const dim3 row_grid = pair_grid(tiles(a.seqlen_q, kRowsPerBlock), a.batch * a.heads_q);
+    const dim3 key_grid = pair_grid(tiles(a.seqlen_kv, 16 * KvShape<D>::kKeyWarps), a.batch * a.heads_kv);
+    const dim3 query_grid = pair_grid(tiles(a.seqlen_q, 16 * QShape<D>::kWarps), a.batch * a.heads_q);
     if (row_grid.x > 0 && row_grid.y > 0) {
       mma_bwd::delta_kernel<T, D, kFlaw><<<row_grid, 256, 0, a.stream>>>(args);
       gpu::check_launch("mma_bwd::delta_kernel", site);

@@ -63,7 +63,9 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const gpu::AttentionA
   constexpr int kKeys = kTileRows<kDim>;
   __shared__ float k_tile[kKeys][kDim];
   __shared__ float v_tile[kKeys][kDim];
-  const int b = blockIdx.y / a.heads_q, h = blockIdx.y % a.heads_q, hk = h / (a.heads_q / a.heads_kv);
+  const int pair = head_pair();
+  if (pair >= a.batch * a.heads_q) return;  // the last grid slice's tail (block-uniform)
+  const int b = pair / a.heads_q, h = pair % a.heads_q, hk = h / (a.heads_q / a.heads_kv);
   const int lq = query_length(a, b), lk = key_length(a, b);
   const int row_begin = blockIdx.x * kThreads;
   if (row_begin >= lq) return;  // the whole block is padding (uniform: safe before barriers)
@@ -143,7 +145,9 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const gpu::AttentionA
 template <typename T>
 __global__ void __launch_bounds__(kThreads) delta_kernel(const BackwardArgs args) {
   const gpu::AttentionArgs& a = args.attention;
-  const int b = blockIdx.y / a.heads_q, h = blockIdx.y % a.heads_q;
+  const int pair = head_pair();
+  if (pair >= a.batch * a.heads_q) return;  // the last grid slice's tail (block-uniform)
+  const int b = pair / a.heads_q, h = pair % a.heads_q;
   const int i = blockIdx.x * kThreads + threadIdx.x;
   if (i >= a.seqlen_q) return;
   float sum = 0.0f;
@@ -173,7 +177,9 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(const BackwardArgs args)
   __shared__ float do_tile[kRows][kDim];
   __shared__ float lse_tile[kRows], delta_tile[kRows];
   const gpu::AttentionArgs& a = args.attention;
-  const int b = blockIdx.y / a.heads_kv, hk = blockIdx.y % a.heads_kv, group = a.heads_q / a.heads_kv;
+  const int pair = head_pair();
+  if (pair >= a.batch * a.heads_kv) return;  // the last grid slice's tail (block-uniform)
+  const int b = pair / a.heads_kv, hk = pair % a.heads_kv, group = a.heads_q / a.heads_kv;
   const int lq = query_length(a, b), lk = key_length(a, b);
   const int key_begin = blockIdx.x * kThreads;
   const int j = key_begin + threadIdx.x;
@@ -268,7 +274,9 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const BackwardArgs args) {
   __shared__ float k_tile[kKeys][kDim];
   __shared__ float v_tile[kKeys][kDim];
   const gpu::AttentionArgs& a = args.attention;
-  const int b = blockIdx.y / a.heads_q, h = blockIdx.y % a.heads_q, hk = h / (a.heads_q / a.heads_kv);
+  const int pair = head_pair();
+  if (pair >= a.batch * a.heads_q) return;  // the last grid slice's tail (block-uniform)
+  const int b = pair / a.heads_q, h = pair % a.heads_q, hk = h / (a.heads_q / a.heads_kv);
   const int lq = query_length(a, b), lk = key_length(a, b);
   const int row_begin = blockIdx.x * kThreads;
   const int i = row_begin + threadIdx.x;
@@ -325,7 +333,9 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(const BackwardArgs args) {
 template <typename T>
 __global__ void __launch_bounds__(kThreads) dq_from_accumulator_kernel(const BackwardArgs args) {
   const gpu::AttentionArgs& a = args.attention;
-  const int b = blockIdx.y / a.heads_q, h = blockIdx.y % a.heads_q;
+  const int pair = head_pair();
+  if (pair >= a.batch * a.heads_q) return;  // the last grid slice's tail (block-uniform)
+  const int b = pair / a.heads_q, h = pair % a.heads_q;
   const int i = blockIdx.x * kThreads + threadIdx.x;
   if (i >= a.seqlen_q) return;
   const bool active = i < query_length(a, b);
@@ -355,7 +365,7 @@ inline unsigned blocks(int rows) { return static_cast<unsigned>((rows + kThreads
 
 /// Enqueues the forward on args.stream; throws gpu::CudaError.
 inline void launch_rowthread_forward(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
-  const dim3 grid(rowthread_bwd::blocks(a.seqlen_q), a.batch * a.heads_q);
+  const dim3 grid = pair_grid(rowthread_bwd::blocks(a.seqlen_q), a.batch * a.heads_q);
   if (grid.x == 0 || grid.y == 0) return;
   rowthread_bwd::with_instance(a.dtype, a.head_dim, a.head_dim_v, [&]<typename T, int kDim>() {
     rowthread_bwd::forward_kernel<T, kDim><<<grid, rowthread_bwd::kThreads, 0, a.stream>>>(a);
@@ -368,7 +378,8 @@ template <BackwardFlaw kFlaw>
 void launch_rowthread_backward(const BackwardArgs& args, const gpu::CallSite& site) {
   using namespace rowthread_bwd;
   const gpu::AttentionArgs& a = args.attention;
-  const dim3 query_grid(blocks(a.seqlen_q), a.batch * a.heads_q), key_grid(blocks(a.seqlen_kv), a.batch * a.heads_kv);
+  const dim3 query_grid = pair_grid(blocks(a.seqlen_q), a.batch * a.heads_q);
+  const dim3 key_grid = pair_grid(blocks(a.seqlen_kv), a.batch * a.heads_kv);
   with_instance(a.dtype, a.head_dim, a.head_dim_v, [&]<typename T, int kDim>() {
     if (query_grid.x > 0 && query_grid.y > 0) {
       delta_kernel<T><<<query_grid, kThreads, 0, a.stream>>>(args);

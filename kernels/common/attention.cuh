@@ -40,6 +40,17 @@ __device__ __forceinline__ KeyRange visible_keys(const gpu::AttentionArgs& a, in
 
 __device__ __forceinline__ bool sees(const KeyRange& range, int j) { return j >= range.first && j <= range.last; }
 
+/// Grids over (batch, head) pairs: a grid's y holds at most 65535, so
+/// `pairs` run as y x z, the z-th slice taking pairs [65535 z, 65535 (z + 1)).
+/// A block's pair is head_pair(); blocks past the last pair (the last slice's
+/// tail) leave at once: head_pair() >= pairs.
+inline constexpr int kMaxGridY = 65535;
+inline dim3 pair_grid(unsigned x, int pairs) {
+  return dim3(x, static_cast<unsigned>(pairs < kMaxGridY ? pairs : kMaxGridY),
+              static_cast<unsigned>((pairs + kMaxGridY - 1) / kMaxGridY));
+}
+__device__ __forceinline__ int head_pair() { return static_cast<int>(blockIdx.z) * kMaxGridY + static_cast<int>(blockIdx.y); }
+
 inline constexpr unsigned kFullWarp = 0xffffffffu;
 
 /// Butterfly reductions over a warp: every lane ends with the same bits (each

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <tuple>
 
 #include "flashcheck/core/backward.hpp"
@@ -198,6 +199,20 @@ TEST(GpuRowthreadBackward, TheAtomicDqMutantPassesTheRuleButNotTheReruns) {
   if (reruns.differing > 0)
     fmt::print("MUTANT CAUGHT: {} changed bits in {} of {} reruns; the first {}\n", kAtomicDqMutantName,
                reruns.differing, 2 * kReruns, reruns.first_change);
+}
+
+// More (batch, head) pairs than a grid's y holds (65535): the backward
+// family's kernels run them as z slices (common/attention.cuh: pair_grid), each
+// block finding its pair from y and z. 80000 query and K/V head pairs.
+TEST(GpuMmaBackward, RunsMoreHeadPairsThanAGridsYHolds) {
+  const Problem p = parse_problem("b=2 hq=40000 hkv=40000 sq=3 skv=5 d=64 dtype=bf16 mask=causal_br pass=bwd");
+  for (std::string_view name : {kRowthreadBackwardName, kMmaBackwardName, kMmaBackwardDeterministicName}) {
+    Subject& subject = find(name);
+    if (const std::string why = missing_gpu(subject); !why.empty()) GTEST_SKIP() << why;
+    const CaseResult result = judge(subject, p);
+    ASSERT_EQ(result.status, Status::ok) << name << ": " << explain(result);
+    EXPECT_TRUE(result.passed()) << name << ": " << explain(result);
+  }
 }
 
 // fa2-mma-bwd-det: every sum in a fixed order, no atomics; 1000 reruns (500
