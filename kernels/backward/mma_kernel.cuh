@@ -250,6 +250,17 @@ __global__ void __launch_bounds__(256) dq_from_accumulator_kernel(const Backward
                             i * a.q_seq_stride + c) = packed;
 }
 
+/// Adds two adjacent floats (8-byte aligned) to global memory atomically: one
+/// red.global.add.v2.f32 on sm_90 and newer, two scalar atomics before.
+__device__ __forceinline__ void add_pair(float* dst, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(x), "f"(y) : "memory");
+#else
+  atomicAdd(dst, x);
+  atomicAdd(dst + 1, y);
+#endif
+}
+
 // ---------------------------------------------------------------------------
 // The atomic subject's dQ share of one step of the dK/dV kernel:
 // dQ[step rows] += dS K over the block's kKeys keys, added to the f32
@@ -291,10 +302,7 @@ __device__ __forceinline__ void add_dq_atomic(float* dq_rows, int valid_rows, st
       if (row >= valid_rows) continue;  // past the sequence: its dS is 0, and the accumulator may end
       float* dst = dq_rows + static_cast<std::int64_t>(row) * D + chunk * 32 + lane % 4 * 2;
 #pragma unroll
-      for (int n = 0; n < 4; ++n) {
-        atomicAdd(dst + n * 8, acc[n][2 * r]);
-        atomicAdd(dst + n * 8 + 1, acc[n][2 * r + 1]);
-      }
+      for (int n = 0; n < 4; ++n) add_pair(dst + n * 8, acc[n][2 * r], acc[n][2 * r + 1]);
     }
   }
 }
@@ -406,12 +414,9 @@ __global__ void __launch_bounds__(32 * KvShape<D>::kKeyWarps * KvShape<D>::kSpli
       add_dq_atomic<T, D, kKeys, kStep, kWarps>(args.dq_accum + (row_base + i0) * D, lq - i0,
                                                ds_tile + buffer * kDsTileBytes, k_tile);
     };
-    auto store_row = [&](const RowInfo& info, int buffer) {
-      float* base = reinterpret_cast<float*>(smem + kRowInfoOffset) + buffer * 4 * kStep;
-      base[threadIdx.x] = info.lse_log2;
-      base[kStep + threadIdx.x] = info.delta;
-      reinterpret_cast<int*>(base)[2 * kStep + threadIdx.x] = info.keys.first;
-      reinterpret_cast<int*>(base)[3 * kStep + threadIdx.x] = info.keys.last;
+    auto store_row = [&](const RowInfo& info, int buffer) {  // one float4 a row: one 16-byte load a column
+      reinterpret_cast<float4*>(smem + kRowInfoOffset)[buffer * kStep + threadIdx.x] =
+          float4{info.lse_log2, info.delta, __int_as_float(info.keys.first), __int_as_float(info.keys.last)};
     };
 
     // Rows past lk are zero-filled; key0 < lk, so the source's first row is inside the tensor.
@@ -447,10 +452,7 @@ __global__ void __launch_bounds__(32 * KvShape<D>::kKeyWarps * KvShape<D>::kSpli
       }
 
       const std::uint32_t q_tile = k_tile + kStepOffset + buffer * 2 * kStepTileBytes, do_tile = q_tile + kStepTileBytes;
-      const float* row_lse = reinterpret_cast<const float*>(smem + kRowInfoOffset) + buffer * 4 * kStep;
-      const float* row_delta = row_lse + kStep;
-      const int* row_first = reinterpret_cast<const int*>(row_lse) + 2 * kStep;
-      const int* row_last = row_first + kStep;
+      const float4* rows = reinterpret_cast<const float4*>(smem + kRowInfoOffset) + buffer * kStep;
       const float scale_log2 = a.scale * kLog2e;
 
       // S^T = K Q^T, then P^T in place: element e of n-tile nt is key
@@ -464,11 +466,12 @@ __global__ void __launch_bounds__(32 * KvShape<D>::kKeyWarps * KvShape<D>::kSpli
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int column = nt * 8 + lane % 4 * 2 + e % 2, key = warp_key0 + lane / 4 + e / 2 * 8;
-          const bool live = key >= row_first[column] && key <= row_last[column];
+          const float4 row = rows[column];  // log2(e) LSE, D_i, first key, last key
+          const bool live = key >= __float_as_int(row.z) && key <= __float_as_int(row.w);
           // The handed LSE is natural-log (LSE = m + log l), as rowthread's forward writes it.
-          const float weight = fast_exp2(fmaf(p[nt][e], scale_log2, -row_lse[column]));
+          const float weight = fast_exp2(fmaf(p[nt][e], scale_log2, -row.x));
           if constexpr (kFlaw == MmaBackwardFlaw::masked_keys_in_dk)
-            p_unmasked[nt][e] = key < lk && row_lse[column] != -INFINITY ? weight : 0.0f;
+            p_unmasked[nt][e] = key < lk && row.x != -INFINITY ? weight : 0.0f;
           p[nt][e] = live ? weight : 0.0f;
         }
       std::uint32_t fragments[kTilesQ / 2][4];
@@ -485,7 +488,7 @@ __global__ void __launch_bounds__(32 * KvShape<D>::kKeyWarps * KvShape<D>::kSpli
         for (int e = 0; e < 4; ++e) {
           float weight = p[nt][e];
           if constexpr (kFlaw == MmaBackwardFlaw::masked_keys_in_dk) weight = p_unmasked[nt][e];
-          ds[nt][e] = weight * (ds[nt][e] - row_delta[nt * 8 + lane % 4 * 2 + e % 2]);
+          ds[nt][e] = weight * (ds[nt][e] - rows[nt * 8 + lane % 4 * 2 + e % 2].y);
         }
       to_fragments<T>(ds, fragments);
       if constexpr (kAtomicDq) {
