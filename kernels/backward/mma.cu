@@ -15,7 +15,7 @@
 // dV += P^T dO and dK += dS^T Q (and dS of dQ += dS K), as FlashAttention-2
 // does. Single-buffered, blocks of 4 warps, d = 64 and 128.
 // Version 2 (commit 6e5a623), what changed from version 1 and why
-// (docs/perf.md, "The mma.sync backward, versions 2 and 3"):
+// (docs/perf.md, "The mma.sync backward, versions 2 to 4"):
 //   - the loads are pipelined: the next step's Q, dO and row information (or
 //     the next key tile's K and V) load into a second buffer while this one
 //     computes (version 1 waited for every step's copies);
@@ -27,7 +27,7 @@
 //   - D_i and the atomic subject's dQ conversion are kernels of their own, 16
 //     bytes a thread (version 1 borrowed rowthread's, a thread per row);
 //   - P from exp2 with log2(e) folded into the scale and the LSE (ex2.approx).
-// Version 3 (this one), what changed from version 2 and why (ncu: the
+// Version 3 (commit 224ac10), what changed from version 2 and why (ncu: the
 // barrier and fixed-latency stalls led, and the atomic subject's dQ share
 // cost as much as the det subject's whole dQ kernel):
 //   - one barrier a step: the next step's copies are issued past it, into the
@@ -37,6 +37,12 @@
 //     is swizzled at 32-query rows too (4-way bank conflicts before);
 //   - S^T and dP^T's mma run over every n-tile before the second k-step, so
 //     no mma waits on the one just issued to the same accumulator.
+// Version 4 (this one), what changed from version 3 and why:
+//   - the atomic dQ share adds each pair of adjacent columns with one
+//     red.global.add.v2.f32 (sm_90 and newer; two scalar atomics before):
+//     half the reductions (fa2-mma-bwd 17% faster at d = 128);
+//   - a step's row information (log2(e) LSE, D_i, first and last key) is one
+//     float4 a row, one 16-byte shared load a column (no measured change).
 // What it does, on one stream:
 //   1. D_i = rowsum(dO_i o O_i) in f32, D / 8 threads a row.
 //   2. dK, dV: a block per 128 keys (64 at d = 256) of one (batch, K/V head),
@@ -65,11 +71,12 @@
 //   memory a block: dK/dV 66 / 97 / 161 KiB, with the atomic dQ (two dS^T
 //   buffers) 98 / 113 / 169 KiB; dQ 48 / 96 / 128 KiB.
 // Speed (H100, 2026-11-26, flashcheck bench, median of 10; docs/perf.md):
-//   b=1 hq=64 hkv=8 sq=skv=4096 d=128 bf16: fa2-mma-bwd 7.79 ms (177 TFLOP/s
-//   at 2.5 forwards), fa2-mma-bwd-det 7.64 ms (180); in the same call torch's
-//   FlashAttention-2 backward 4.94 ms, flashcheck's cuDNN 9.14 graph 3.03 ms
-//   (version 2: 9.89 and 8.44 ms, FA2 5.02; version 1: 15.49 and 11.64, FA2
-//   4.92). At 16384 keys: 119.1 and 119.5 ms (FA2 69.9, cuDNN 9.14 46.4).
+//   b=1 hq=64 hkv=8 sq=skv=4096 d=128 bf16: fa2-mma-bwd 6.49 ms (212 TFLOP/s
+//   at 2.5 forwards), fa2-mma-bwd-det 7.75 ms (177); in the same call torch's
+//   FlashAttention-2 backward 5.01 ms, flashcheck's cuDNN 9.14 graph 3.06 ms
+//   (version 3: 7.79 and 7.64 ms, FA2 4.94; version 2: 9.89 and 8.44, FA2
+//   5.02; version 1: 15.49 and 11.64, FA2 4.92). At 16384 keys, version 3:
+//   119.1 and 119.5 ms (FA2 69.9, cuDNN 9.14 46.4).
 #include "backward/mma_kernel.cuh"
 
 namespace flashcheck::kernels {
