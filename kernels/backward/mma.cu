@@ -66,8 +66,8 @@
 // padded batches; LSE; BHSD and BSHD; finite inputs only; both passes (the
 // forward is fa2-rowthread-bwd's).
 // Registers (ptxas, sm_90a, CUDA 13.0; f16 and bf16 alike), no spills:
-//   dK/dV 218 (d=64) / 234 (d=128) / 250 (d=256); with the atomic dQ
-//   221 / 237 / 250; dQ (deterministic) 179 / 223 / 250. Dynamic shared
+//   dK/dV 215 (d=64) / 230 (d=128) / 248 (d=256); with the atomic dQ
+//   218 / 234 / 249; dQ (deterministic) 179 / 223 / 250. Dynamic shared
 //   memory a block: dK/dV 66 / 97 / 161 KiB, with the atomic dQ (two dS^T
 //   buffers) 98 / 113 / 169 KiB; dQ 48 / 96 / 128 KiB.
 // Speed (H100, 2026-11-26, flashcheck bench, median of 10; docs/perf.md):
