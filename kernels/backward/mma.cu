@@ -80,6 +80,11 @@
 #include "backward/mma_kernel.cuh"
 
 namespace flashcheck::kernels {
+
+void launch_mma_backward_atomic(const BackwardArgs& args, const gpu::CallSite& site) {
+  launch_mma_backward</*kAtomicDq=*/true>(args, site);
+}
+
 namespace {
 
 struct Registrations {
@@ -88,7 +93,7 @@ struct Registrations {
       return std::make_unique<BackwardKernelSubject>(
           kMmaBackwardName,
           "FlashAttention-2's backward on mma.sync, dQ added with atomics from the key blocks (f16/bf16)",
-          kMmaBackwardCapabilities, launch_rowthread_forward, launch_mma_backward</*kAtomicDq=*/true>,
+          kMmaBackwardCapabilities, launch_rowthread_forward, launch_mma_backward_atomic,
           /*dq_accumulator=*/true);
     });
     Registry::instance().add([] {

@@ -690,6 +690,22 @@ void with_backward_instance(const gpu::AttentionArgs& a, Go&& go) {
 
 inline unsigned tiles(int rows, int tile) { return static_cast<unsigned>((rows + tile - 1) / tile); }
 
+/// The flaw each kernel of a mutant takes: its own where the flaw lives in it,
+/// else none, so that a mutant's TU compiles only the kernels its flaw changes
+/// (the others are the real kernels' instantiations, shared by the mutants).
+enum class Part { delta, dkdv, dq };
+template <MmaBackwardFlaw kFlaw, Part kPart, int D>
+inline constexpr MmaBackwardFlaw kFlawIn = [] {
+  switch (kFlaw) {
+    case MmaBackwardFlaw::scale_missing_in_ds: return kPart == Part::delta ? MmaBackwardFlaw::none : kFlaw;
+    case MmaBackwardFlaw::gqa_not_reduced:
+    case MmaBackwardFlaw::masked_keys_in_dk: return kPart == Part::dkdv ? kFlaw : MmaBackwardFlaw::none;
+    case MmaBackwardFlaw::delta_low_precision: return kPart == Part::delta ? kFlaw : MmaBackwardFlaw::none;
+    case MmaBackwardFlaw::d256_only_wrong: return kPart == Part::dq && D == 256 ? kFlaw : MmaBackwardFlaw::none;
+    default: return MmaBackwardFlaw::none;
+  }
+}();
+
 }  // namespace mma_bwd
 
 /// Enqueues the backward on the stream: D_i, then dK/dV (with dQ's atomic
@@ -708,16 +724,17 @@ void launch_mma_backward(const BackwardArgs& args, const gpu::CallSite& site) {
     const dim3 key_grid = pair_grid(tiles(a.seqlen_kv, 16 * KvShape<D>::kKeyWarps), a.batch * a.heads_kv);
     const dim3 query_grid = pair_grid(tiles(a.seqlen_q, 16 * QShape<D>::kWarps), a.batch * a.heads_q);
     if (row_grid.x > 0 && row_grid.y > 0) {
-      mma_bwd::delta_kernel<T, D, kFlaw><<<row_grid, 256, 0, a.stream>>>(args);
+      mma_bwd::delta_kernel<T, D, kFlawIn<kFlaw, Part::delta, D>><<<row_grid, 256, 0, a.stream>>>(args);
       gpu::check_launch("mma_bwd::delta_kernel", site);
     }
     if (key_grid.x > 0 && key_grid.y > 0) {
       constexpr int kSmem = kDkdvSmemBytes<D, kAtomicDq>;
       constexpr int kThreads = 32 * KvShape<D>::kKeyWarps * KvShape<D>::kSplit;
-      gpu::check(cudaFuncSetAttribute(dkdv_kernel<T, D, kAtomicDq, kFlaw>,
+      constexpr MmaBackwardFlaw kDkdvFlaw = kFlawIn<kFlaw, Part::dkdv, D>;
+      gpu::check(cudaFuncSetAttribute(dkdv_kernel<T, D, kAtomicDq, kDkdvFlaw>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                  "cudaFuncSetAttribute", site);
-      dkdv_kernel<T, D, kAtomicDq, kFlaw><<<key_grid, kThreads, kSmem, a.stream>>>(args);
+      dkdv_kernel<T, D, kAtomicDq, kDkdvFlaw><<<key_grid, kThreads, kSmem, a.stream>>>(args);
       gpu::check_launch("mma_bwd::dkdv_kernel", site);
     }
     if constexpr (kAtomicDq) {
@@ -729,12 +746,18 @@ void launch_mma_backward(const BackwardArgs& args, const gpu::CallSite& site) {
       }
     } else if (query_grid.x > 0 && query_grid.y > 0) {
       constexpr int kSmem = kDqSmemBytes<D>;
-      gpu::check(cudaFuncSetAttribute(dq_kernel<T, D, kFlaw>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+      constexpr MmaBackwardFlaw kDqFlaw = kFlawIn<kFlaw, Part::dq, D>;
+      gpu::check(cudaFuncSetAttribute(dq_kernel<T, D, kDqFlaw>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                  "cudaFuncSetAttribute", site);
-      dq_kernel<T, D, kFlaw><<<query_grid, 32 * QShape<D>::kWarps, kSmem, a.stream>>>(args);
+      dq_kernel<T, D, kDqFlaw><<<query_grid, 32 * QShape<D>::kWarps, kSmem, a.stream>>>(args);
       gpu::check_launch("mma_bwd::dq_kernel", site);
     }
   });
 }
+
+/// fa2-mma-bwd's launcher, launch_mma_backward</*kAtomicDq=*/true>, compiled
+/// once in backward/mma.cu: the atomic-dQ mutant registers it too, without
+/// compiling its kernels again.
+void launch_mma_backward_atomic(const BackwardArgs& args, const gpu::CallSite& site);
 
 }  // namespace flashcheck::kernels

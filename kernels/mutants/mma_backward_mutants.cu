@@ -31,8 +31,8 @@ struct Registrations {
         [] {
           return std::make_unique<BackwardKernelSubject>(
               "mutant-mma-bwd-atomic-dq", "fa2-mma-bwd (dQ added with atomicAdd) declaring itself deterministic",
-              kMmaBackwardDeterministicCapabilities, launch_rowthread_forward,
-              launch_mma_backward</*kAtomicDq=*/true>, /*dq_accumulator=*/true);
+              kMmaBackwardDeterministicCapabilities, launch_rowthread_forward, launch_mma_backward_atomic,
+              /*dq_accumulator=*/true);
         },
         Registry::Kind::mutant);
     add<MmaBackwardFlaw::scale_missing_in_ds>("mutant-mma-bwd-scale-missing-in-ds",
