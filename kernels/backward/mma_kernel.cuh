@@ -79,11 +79,6 @@ struct QShape {
   static constexpr int kKeys = D == 256 ? 32 : 64;
 };
 
-/// Starts copying rows [0, kRows) of a [rows][D] global tile (row stride
-/// `stride` elements) into a swizzled shared tile at `dst`, rows >=
-/// valid_rows zero-filled (cp.async's src-size 0; the source is then `src`,
-/// which must be inside the tensor). Every one of the block's kThreads
-/// threads takes part; the caller commits. (mma::copy_tile for any block.)
 /// Byte offset of element (row, col) of the atomic subject's dS^T tile,
 /// [rows][kStep] 2-byte elements, swizzled so that the 8 rows an ldmatrix (or
 /// the 8 lanes g of a fragment store) touch at one 16-byte chunk fall in 8
@@ -96,20 +91,6 @@ __device__ __forceinline__ std::uint32_t ds_offset(int row, int col) {
   static_assert(kChunks == 8 || kChunks == 4, "dS^T rows of 32 or 64 queries");
   const int chunk = col / 8, swizzled = kChunks == 8 ? chunk ^ (row % 8) : chunk ^ (row / 2 % 4);
   return static_cast<std::uint32_t>(row * kStep * 2 + swizzled * 16 + col % 8 * 2);
-}
-
-template <int kRows, int D, int kThreads, typename T>
-__device__ __forceinline__ void copy_rows(std::uint32_t dst, const T* src, std::int64_t stride, int valid_rows) {
-  constexpr int kChunks = D / 8, kRowStep = kThreads / kChunks;
-  static_assert(kThreads % kChunks == 0 && kRows % kRowStep == 0, "each thread copies the same chunks of its rows");
-  const int row = static_cast<int>(threadIdx.x) / kChunks, column = static_cast<int>(threadIdx.x) % kChunks * 8;
-  const T* from = src + row * stride + column;
-#pragma unroll
-  for (int n = 0; n < kRows / kRowStep; ++n) {
-    const bool valid = row + n * kRowStep < valid_rows;
-    mma::cp_async_16(dst + mma::tile_offset<D, true>(row + n * kRowStep, column),
-                     valid ? from + n * kRowStep * stride : src, valid);
-  }
 }
 
 /// C += A B^T for one warp over columns [c0, c0 + kCols) of the product's
@@ -401,8 +382,9 @@ __global__ void __launch_bounds__(32 * KvShape<D>::kKeyWarps * KvShape<D>::kSpli
       const T* q = static_cast<const T*>(a.q) + b * a.q_batch_stride + h * a.q_head_stride;
       const T* dout = static_cast<const T*>(args.dout) + b * a.o_batch_stride + h * a.o_head_stride;
       const std::uint32_t q_tile = k_tile + kStepOffset + buffer * 2 * kStepTileBytes;
-      copy_rows<kStep, D, kThreads>(q_tile, q + i0 * a.q_seq_stride, a.q_seq_stride, lq - i0);
-      copy_rows<kStep, D, kThreads>(q_tile + kStepTileBytes, dout + i0 * a.o_seq_stride, a.o_seq_stride, lq - i0);
+      mma::copy_tile<kStep, D, true, T, kThreads>(q_tile, q + i0 * a.q_seq_stride, a.q_seq_stride, lq - i0);
+      mma::copy_tile<kStep, D, true, T, kThreads>(q_tile + kStepTileBytes, dout + i0 * a.o_seq_stride, a.o_seq_stride,
+                                                  lq - i0);
     };
     auto load_row = [&](int s) {  // this thread's row of step s (threads < kStep)
       const std::int64_t row_base = (static_cast<std::int64_t>(b) * a.heads_q + head_of(s)) * a.seqlen_q;
@@ -420,8 +402,8 @@ __global__ void __launch_bounds__(32 * KvShape<D>::kKeyWarps * KvShape<D>::kSpli
     };
 
     // Rows past lk are zero-filled; key0 < lk, so the source's first row is inside the tensor.
-    copy_rows<kKeys, D, kThreads>(k_tile, k + key0 * a.k_seq_stride, a.k_seq_stride, lk - key0);
-    copy_rows<kKeys, D, kThreads>(v_tile, v + key0 * a.v_seq_stride, a.v_seq_stride, lk - key0);
+    mma::copy_tile<kKeys, D, true, T, kThreads>(k_tile, k + key0 * a.k_seq_stride, a.k_seq_stride, lk - key0);
+    mma::copy_tile<kKeys, D, true, T, kThreads>(v_tile, v + key0 * a.v_seq_stride, a.v_seq_stride, lk - key0);
     int s = next_step(0);
     if (s < steps) {
       load_step(s, 0);
@@ -585,11 +567,12 @@ __global__ void __launch_bounds__(32 * QShape<D>::kWarps) dq_kernel(const Backwa
     auto load_keys = [&](int j0, int buffer) {
       // Rows past lk are zero-filled; j0 < lk, so the source's first row is inside the tensor.
       const std::uint32_t k_tile = key_tiles + buffer * 2 * kKeyTileBytes;
-      copy_rows<kKeys, D, kThreads>(k_tile, k + j0 * a.k_seq_stride, a.k_seq_stride, lk - j0);
-      copy_rows<kKeys, D, kThreads>(k_tile + kKeyTileBytes, v + j0 * a.v_seq_stride, a.v_seq_stride, lk - j0);
+      mma::copy_tile<kKeys, D, true, T, kThreads>(k_tile, k + j0 * a.k_seq_stride, a.k_seq_stride, lk - j0);
+      mma::copy_tile<kKeys, D, true, T, kThreads>(k_tile + kKeyTileBytes, v + j0 * a.v_seq_stride, a.v_seq_stride,
+                                                  lk - j0);
     };
-    copy_rows<kRows, D, kThreads>(q_tile, q + q0 * a.q_seq_stride, a.q_seq_stride, lq - q0);
-    copy_rows<kRows, D, kThreads>(do_tile, dout + q0 * a.o_seq_stride, a.o_seq_stride, lq - q0);
+    mma::copy_tile<kRows, D, true, T, kThreads>(q_tile, q + q0 * a.q_seq_stride, a.q_seq_stride, lq - q0);
+    mma::copy_tile<kRows, D, true, T, kThreads>(do_tile, dout + q0 * a.o_seq_stride, a.o_seq_stride, lq - q0);
 
     // This thread's two rows.
     const std::int64_t row_base = (static_cast<std::int64_t>(b) * a.heads_q + h) * a.seqlen_q;

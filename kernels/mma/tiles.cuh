@@ -34,11 +34,13 @@ __device__ __forceinline__ std::uint32_t tile_offset(int row, int col) {
 
 /// Starts copying rows [0, kRows) of a [rows][D] global tile (row stride
 /// `stride` elements) into shared memory at `dst`; rows >= valid_rows are
-/// zero-filled. Every thread of the block takes part; the caller commits.
-template <int kRows, int D, bool kSwizzle, typename T>
+/// zero-filled. Every one of the block's kBlockThreads threads takes part (the
+/// family's 128 unless a kernel says otherwise: the backward's blocks are
+/// larger); the caller commits.
+template <int kRows, int D, bool kSwizzle, typename T, int kBlockThreads = kThreads>
 __device__ __forceinline__ void copy_tile(std::uint32_t dst, const T* src, std::int64_t stride, int valid_rows) {
-  constexpr int kChunks = D / 8, kRowStep = kThreads / kChunks;
-  static_assert(kThreads % kChunks == 0 && kRows % kRowStep == 0, "each thread copies the same chunks of its rows");
+  constexpr int kChunks = D / 8, kRowStep = kBlockThreads / kChunks;
+  static_assert(kBlockThreads % kChunks == 0 && kRows % kRowStep == 0, "each thread copies the same chunks of its rows");
   const int row = static_cast<int>(threadIdx.x) / kChunks, column = static_cast<int>(threadIdx.x) % kChunks * 8;
   const T* from = src + row * stride + column;
 #pragma unroll
