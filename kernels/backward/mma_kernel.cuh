@@ -168,18 +168,36 @@ __device__ __forceinline__ void add_partner(float (&x)[kTilesN][4], float* excha
 }
 
 // ---------------------------------------------------------------------------
+// The row kernels (D_i, the atomic subject's dQ conversion): blocks of 256
+// threads, kChunkLanes<D> = D / 8 of them a query row, 16 bytes each.
+template <int D>
+inline constexpr int kChunkLanes = D / 8;
+template <int D>
+inline constexpr int kChunkRows = 256 / kChunkLanes<D>;
+
+/// A row kernel thread's place: batch b, query head h, row i, first column c.
+struct RowChunk {
+  int b, h, i, c;
+};
+/// This thread's RowChunk in (batch, head) pair `pair` (head_pair()).
+template <int D>
+__device__ __forceinline__ RowChunk row_chunk(const gpu::AttentionArgs& a, int pair) {
+  return {pair / a.heads_q, pair % a.heads_q,
+          static_cast<int>(blockIdx.x * kChunkRows<D> + static_cast<int>(threadIdx.x) / kChunkLanes<D>),
+          static_cast<int>(threadIdx.x % kChunkLanes<D> * 8)};
+}
+
 // D_i = rowsum(dO_i o O_i) in f32 (in T with the delta_low_precision flaw), a
 // group of D / 8 threads per row, each reading 16 bytes of dO and of O, summed
 // across the group with shuffles (a fixed order: deterministic). Rows past the
 // sequence get 0.
 template <typename T, int D, MmaBackwardFlaw kFlaw>
 __global__ void __launch_bounds__(256) delta_kernel(const BackwardArgs args) {
-  constexpr int kLanes = D / 8, kRows = 256 / kLanes;
+  constexpr int kLanes = kChunkLanes<D>;
   const gpu::AttentionArgs& a = args.attention;
   const int pair = head_pair();
   if (pair >= a.batch * a.heads_q) return;  // the last grid slice's tail (block-uniform)
-  const int b = pair / a.heads_q, h = pair % a.heads_q;
-  const int i = blockIdx.x * kRows + static_cast<int>(threadIdx.x) / kLanes, c = threadIdx.x % kLanes * 8;
+  const auto [b, h, i, c] = row_chunk<D>(a, pair);
   float sum = 0.0f;
   if (i < query_length(a, b)) {  // i < seqlen_q, so the row is inside the tensors
     const auto* dout = reinterpret_cast<const uint4*>(static_cast<const T*>(args.dout) + b * a.o_batch_stride +
@@ -213,12 +231,10 @@ __global__ void __launch_bounds__(256) delta_kernel(const BackwardArgs args) {
 /// elements (16 bytes) a thread; 0 past the sequence.
 template <typename T, int D>
 __global__ void __launch_bounds__(256) dq_from_accumulator_kernel(const BackwardArgs args) {
-  constexpr int kLanes = D / 8, kRows = 256 / kLanes;
   const gpu::AttentionArgs& a = args.attention;
   const int pair = head_pair();
   if (pair >= a.batch * a.heads_q) return;  // the last grid slice's tail (block-uniform)
-  const int b = pair / a.heads_q, h = pair % a.heads_q;
-  const int i = blockIdx.x * kRows + static_cast<int>(threadIdx.x) / kLanes, c = threadIdx.x % kLanes * 8;
+  const auto [b, h, i, c] = row_chunk<D>(a, pair);
   if (i >= a.seqlen_q) return;
   const bool live = i < query_length(a, b);
   const float4* accum = reinterpret_cast<const float4*>(
@@ -702,8 +718,7 @@ void launch_mma_backward(const BackwardArgs& args, const gpu::CallSite& site) {
     static_assert(kMmaBackwardCapabilities.tile_kv == 16 * KvShape<64>::kKeyWarps &&
                       kMmaBackwardCapabilities.tile_q == 16 * QShape<64>::kWarps,
                   "the domain declares the kernels' tiles (the smallest head dim's)");
-    constexpr int kRowsPerBlock = 256 / (D / 8);  // delta_kernel and dq_from_accumulator_kernel
-    const dim3 row_grid = pair_grid(tiles(a.seqlen_q, kRowsPerBlock), a.batch * a.heads_q);
+    const dim3 row_grid = pair_grid(tiles(a.seqlen_q, kChunkRows<D>), a.batch * a.heads_q);
     const dim3 key_grid = pair_grid(tiles(a.seqlen_kv, 16 * KvShape<D>::kKeyWarps), a.batch * a.heads_kv);
     const dim3 query_grid = pair_grid(tiles(a.seqlen_q, 16 * QShape<D>::kWarps), a.batch * a.heads_q);
     if (row_grid.x > 0 && row_grid.y > 0) {
