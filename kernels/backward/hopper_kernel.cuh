@@ -65,8 +65,11 @@ inline constexpr int kPairBarrier = 1;                                    // nam
 ///   K, V       kPanels panels of kKeys rows each, loaded once;
 ///   stage s    Q then dO, kPanels panels of kStep rows each;
 ///   dS 0, 1    two panels of kStep rows (queries) x 64 keys: consumer c's keys in panel c;
+///   dQ         a step's dQ share, kStep rows x D f32: D / 32 panels of 32
+///              columns (128 bytes a row, 128-byte swizzled), as TMA reads them;
 ///   rows s     kStep float4 (log2(e) LSE, D_i, first key, last key) a stage;
-///   barriers   K/V full, full[s], empty[s]; then the step ids, one int a stage.
+///   barriers   K/V full, full[s], empty[s], dQ full, dQ empty; then the step
+///              ids, one int a stage.
 template <int D>
 struct Layout {
   static constexpr int kPanels = D / 64;
@@ -75,9 +78,10 @@ struct Layout {
   static constexpr std::uint32_t kDsBytes = 2 * kStep * 128;
   static constexpr std::uint32_t kK = 0, kV = kKeyTileBytes, kStage = 2 * kKeyTileBytes;
   static constexpr std::uint32_t kDs = kStage + kStages * 2 * kStepTileBytes;
-  static constexpr std::uint32_t kRows = kDs + 2 * kDsBytes;
+  static constexpr std::uint32_t kDq = kDs + 2 * kDsBytes;
+  static constexpr std::uint32_t kRows = kDq + kStep * D * 4;
   static constexpr std::uint32_t kBarriers = kRows + kStages * kStep * 16;
-  static constexpr std::uint32_t kStepIds = kBarriers + 8 * (1 + 2 * kStages);
+  static constexpr std::uint32_t kStepIds = kBarriers + 8 * (3 + 2 * kStages);
   static constexpr int kSmemBytes = 1024 + kStepIds + 4 * kStages;
 };
 
@@ -97,10 +101,13 @@ struct Smem {
   __device__ std::uint32_t q(int s) const { return base + L::kStage + s * 2 * L::kStepTileBytes; }
   __device__ std::uint32_t dout(int s) const { return q(s) + L::kStepTileBytes; }
   __device__ std::uint32_t ds(int buffer) const { return base + L::kDs + buffer * L::kDsBytes; }
+  __device__ std::uint32_t dq() const { return base + L::kDq; }
   __device__ float4* rows(int s) const { return reinterpret_cast<float4*>(generic + L::kRows) + s * kStep; }
   __device__ std::uint32_t kv_full() const { return base + L::kBarriers; }
   __device__ std::uint32_t full(int s) const { return kv_full() + 8 + 16 * s; }
   __device__ std::uint32_t empty(int s) const { return full(s) + 8; }
+  __device__ std::uint32_t dq_full() const { return full(kStages); }
+  __device__ std::uint32_t dq_empty() const { return dq_full() + 8; }
   __device__ std::uint32_t step_id(int s) const { return base + L::kStepIds + 4 * s; }
 
   __device__ void init_barriers() const {
@@ -112,6 +119,8 @@ struct Smem {
       // the row information race the producer's next writes (24 hazards, H100).
       hopper::mbarrier_init(empty(s), kConsumerThreads);
     }
+    hopper::mbarrier_init(dq_full(), kConsumerThreads);
+    hopper::mbarrier_init(dq_empty(), 1);  // the dQ writer's thread
     hopper::mbarrier_init_fence();
   }
 };
@@ -124,6 +133,10 @@ __device__ __forceinline__ void stmatrix_x4_trans(std::uint32_t address, const s
   asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(r[0]),
                "r"(r[1]), "r"(r[2]), "r"(r[3])
                : "memory");
+}
+
+__device__ __forceinline__ void store_shared_pair(std::uint32_t address, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(address), "f"(x), "f"(y) : "memory");
 }
 
 /// The steps of one block: step s is query rows [i0, i0 + kStep) of query
@@ -150,7 +163,7 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_backward(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                     const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do,
-                    const BackwardArgs args) {
+                    const __grid_constant__ CUtensorMap map_dq, const BackwardArgs args) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = Layout<D>;
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
@@ -175,7 +188,23 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warpgroup == 0) {
     hopper::registers_down<kProducerRegisters>();
-    if (threadIdx.x >= 32 || !any_key) return;
+    if (threadIdx.x > 32 || !any_key) return;  // warp 0 and the dQ writer stay
+    if (threadIdx.x == 32) {
+      // Warp 1's first thread, the dQ writer: adds each step's dQ share, which
+      // the consumers leave in shared memory, to the f32 accumulator with TMA
+      // reductions (a box of 32 columns x kStep rows each), in the steps' order.
+      int n = 0;
+      for (int s = steps.next(0); s < steps.count; s = steps.next(s + 1), ++n) {
+        hopper::mbarrier_wait(smem.dq_full(), n & 1);
+        for (int p = 0; p < D / 32; ++p)
+          hopper::tma_reduce_add_4d(&map_dq, smem.dq() + p * kStep * 128, 32 * p, steps.first_row(s), steps.head(s), b);
+        hopper::bulk_commit();
+        hopper::bulk_wait_read<0>();  // the share is read: the consumers may write the next one
+        hopper::mbarrier_arrive(smem.dq_empty());
+      }
+      hopper::bulk_wait<0>();
+      return;
+    }
     const int lane = static_cast<int>(threadIdx.x);
     if (lane == 0) {
       hopper::mbarrier_expect_bytes(smem.kv_full(), 2 * L::kKeyTileBytes);
@@ -322,18 +351,27 @@ __global__ void __launch_bounds__(kThreads, 1)
       hopper::fence_operands(dst);
       hopper::mbarrier_arrive(smem.empty(stage));
 
+      // dQ's share to shared memory, once the writer warp has read the last one.
       hopper::wgmma_wait<0>();
       hopper::fence_operands(dq);
-      const int h = steps.head(s), i0 = steps.first_row(s);
-      float* dq_rows = args.dq_accum + ((static_cast<std::int64_t>(b) * a.heads_q + h) * a.seqlen_q + i0) * D;
+      hopper::mbarrier_wait(smem.dq_empty(), (n & 1) ^ 1);
+      // Element pair (row, column0 + 8 j + 2 t) is in panel column0 / 32 + j / 4,
+      // 16-byte chunk 2 (j % 4) + t / 2 of its 128-byte row, swizzled with
+      // row % 8 = g: four chunk offsets a thread (the addresses, kept for
+      // every j, put d = 128 past its registers).
+      std::uint32_t chunk[4];
+#pragma unroll
+      for (int jj = 0; jj < 4; ++jj) chunk[jj] = ((2 * jj + lane % 4 / 2) ^ (lane / 4)) * 16;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int row = 16 * warp + lane / 4 + 8 * r;
-        if (i0 + row >= lq) continue;
-        float* dst_row = dq_rows + static_cast<std::int64_t>(row) * D + column0 + lane % 4 * 2;
+        const std::uint32_t row = smem.dq() + column0 / 32 * kStep * 128 + (16 * warp + lane / 4 + 8 * r) * 128 +
+                                  lane % 2 * 8;
 #pragma unroll
-        for (int j = 0; j < kHalfD / 8; ++j) mma_bwd::add_pair(dst_row + 8 * j, dq[j][2 * r], dq[j][2 * r + 1]);
+        for (int j = 0; j < kHalfD / 8; ++j)
+          store_shared_pair(row + j / 4 * kStep * 128 + chunk[j % 4], dq[j][2 * r], dq[j][2 * r + 1]);
       }
+      hopper::fence_proxy_async();  // the writer's bulk reductions (async proxy) read it
+      hopper::mbarrier_arrive(smem.dq_full());
     }
   }
 

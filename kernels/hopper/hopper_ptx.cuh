@@ -73,6 +73,17 @@ __device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, std::uint32
                "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                : "memory");
 }
+/// Adds one box of shared memory to a 4-D tensor map's tensor, element by
+/// element (each addition atomic; the backward's dQ share, f32). As
+/// tma_store_4d: the async proxy reads the box (writers fence.proxy.async
+/// first), and elements past the tensor's bounds are not touched.
+__device__ __forceinline__ void tma_reduce_add_4d(const CUtensorMap* map, std::uint32_t src, int c0, int c1, int c2,
+                                                  int c3) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(map),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 /// Waits until at most N of this thread's bulk stores still read shared memory.
 template <int N>
