@@ -29,6 +29,8 @@
 // inputs; sm_90a. Not deterministic (dQ's atomics).
 #include <cudaTypedefs.h>
 
+#include <climits>
+
 #include "backward/backward_subject.hpp"
 #include "backward/hopper_kernel.cuh"
 #include "flashcheck/kernels/backward/hopper.hpp"
@@ -67,13 +69,15 @@ template <typename T, int D>
 void launch_instance(const BackwardArgs& args, const gpu::CallSite& site) {
   const gpu::AttentionArgs& a = args.attention;
   const dim3 row_grid = pair_grid(mma_bwd::tiles(a.seqlen_q, mma_bwd::kChunkRows<D>), a.batch * a.heads_q);
-  const dim3 key_grid = pair_grid(mma_bwd::tiles(a.seqlen_kv, kKeys), a.batch * a.heads_kv);
+  // One block per key block and (batch, K/V head) pair, in a 1-D grid (the kernel's order).
+  const long long key_blocks = static_cast<long long>(mma_bwd::tiles(a.seqlen_kv, kKeys)) * a.batch * a.heads_kv;
+  if (key_blocks > INT_MAX) throw gpu::Unsupported("hopper-bwd: more than 2^31 - 1 key blocks");
   const bool rows = row_grid.x > 0 && row_grid.y > 0;
   if (rows) {
     mma_bwd::delta_kernel<T, D, MmaBackwardFlaw::none><<<row_grid, 256, 0, a.stream>>>(args);
     gpu::check_launch("mma_bwd::delta_kernel", site);
   }
-  if (key_grid.x > 0 && key_grid.y > 0) {
+  if (key_blocks > 0) {
     auto* kernel = hopper_backward<T, D>;
     hopper::prepare(kernel, Layout<D>::kSmemBytes, site);
     constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
@@ -89,7 +93,7 @@ void launch_instance(const BackwardArgs& args, const gpu::CallSite& site) {
                                                        a.o_seq_stride, a.o_head_stride, a.o_batch_stride, kStep, site)
                                   : k;
     const CUtensorMap dq = rows ? dq_accumulator_map(args, D, site) : k;
-    kernel<<<key_grid, kThreads, Layout<D>::kSmemBytes, a.stream>>>(q, k, v, dout, dq, args);
+    kernel<<<static_cast<unsigned>(key_blocks), kThreads, Layout<D>::kSmemBytes, a.stream>>>(q, k, v, dout, dq, args);
     gpu::check_launch("hopper_bwd::hopper_backward", site);
   }
   if (rows) {  // every row of the padded shape: scale x accumulator, 0 past the sequence
