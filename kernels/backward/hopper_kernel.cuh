@@ -48,6 +48,19 @@
 #include "hopper/hopper_ptx.cuh"
 #include "hopper/wgmma_ops.cuh"
 
+namespace flashcheck::kernels {
+
+/// Deliberate flaws, for the mutants (kernels/mutants/hopper_backward_mutants.cu,
+/// issue 22's bug classes ported to this kernel); `none` is the real kernel.
+enum class HopperBackwardFlaw {
+  none,
+  scale_missing_in_dk,  // dK written without the softmax scale (dS's factor)
+  gqa_not_reduced,      // dK and dV (and dQ) from the first query head of each GQA group only
+  masked_keys_in_dk,    // dK and dQ add the dS of keys the mask hides (P computed without the mask)
+};
+
+}  // namespace flashcheck::kernels
+
 namespace flashcheck::kernels::hopper_bwd {
 
 using hopper::Wgmma;
@@ -159,7 +172,7 @@ struct Steps {
   }
 };
 
-template <typename T, int D>
+template <typename T, int D, HopperBackwardFlaw kFlaw>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_backward(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                     const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do,
@@ -182,7 +195,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The warpgroup index through a shuffle, so that the compiler knows it is warp-uniform.
   const int warpgroup = __shfl_sync(kFullWarp, static_cast<int>(threadIdx.x) / 128, 0);
   const int per_head = (lq + kStep - 1) / kStep;
-  const Steps steps{a, lq, lk, hk, group, per_head, group * per_head, key0, min(key0 + kKeys, lk) - 1};
+  const int heads_walked = kFlaw == HopperBackwardFlaw::gqa_not_reduced ? 1 : group;
+  const Steps steps{a, lq, lk, hk, group, per_head, heads_walked * per_head, key0, min(key0 + kKeys, lk) - 1};
   const bool any_key = key0 < lk;  // else every key of the block is padding: dK = dV = 0 (block-uniform)
 
   if (threadIdx.x == 0) smem.init_barriers();
@@ -286,6 +300,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float4* rows = smem.rows(stage);
       hopper::wgmma_wait<1>();
       hopper::fence_operands(st);
+      [[maybe_unused]] float p_unmasked[kFlaw == HopperBackwardFlaw::masked_keys_in_dk ? kTilesQ : 1][4];
 #pragma unroll
       for (int nt = 0; nt < kTilesQ; ++nt)
 #pragma unroll
@@ -293,7 +308,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           const float4 row = rows[nt * 8 + lane % 4 * 2 + e % 2];  // log2(e) LSE, D_i, first key, last key
           const int key = thread_key + e / 2 * 8;
           const bool live = key >= __float_as_int(row.z) && key <= __float_as_int(row.w);
-          st[nt][e] = live ? fast_exp2(fmaf(st[nt][e], scale_log2, -row.x)) : 0.0f;
+          const float weight = fast_exp2(fmaf(st[nt][e], scale_log2, -row.x));
+          if constexpr (kFlaw == HopperBackwardFlaw::masked_keys_in_dk)
+            p_unmasked[nt][e] = key < lk && row.x != -INFINITY ? weight : 0.0f;
+          st[nt][e] = live ? weight : 0.0f;
         }
 
       hopper::wgmma_wait<0>();
@@ -303,7 +321,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float delta = rows[nt * 8 + lane % 4 * 2 + e % 2].y;
-          dpt[nt][e] = st[nt][e] * (dpt[nt][e] - delta);  // P^T = 0 exactly where the key is hidden
+          float weight = st[nt][e];  // P^T: 0 exactly where the key is hidden
+          if constexpr (kFlaw == HopperBackwardFlaw::masked_keys_in_dk) weight = p_unmasked[nt][e];
+          dpt[nt][e] = weight * (dpt[nt][e] - delta);
         }
       // Both packed only now: P^T's f32 values live on for dS^T, and its
       // fragments beside them would put the step past 240 registers (d = 128).
@@ -388,7 +408,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int j = 0; j < kTilesD; ++j) {
       const int column = 8 * j + lane % 4 * 2;
-      const std::uint32_t k_pair = inside ? pack<T>(a.scale * dk[j][2 * r], a.scale * dk[j][2 * r + 1]) : 0u;
+      const float scale = kFlaw == HopperBackwardFlaw::scale_missing_in_dk ? 1.0f : a.scale;
+      const std::uint32_t k_pair = inside ? pack<T>(scale * dk[j][2 * r], scale * dk[j][2 * r + 1]) : 0u;
       const std::uint32_t v_pair = inside ? pack<T>(dv[j][2 * r], dv[j][2 * r + 1]) : 0u;
       *reinterpret_cast<std::uint32_t*>(dk_out + key * a.k_seq_stride + column) = k_pair;
       *reinterpret_cast<std::uint32_t*>(dv_out + key * a.v_seq_stride + column) = v_pair;
