@@ -1,14 +1,18 @@
-// hopper-bwd's kernel (included by backward/hopper.cu, whose file head says
-// what it is, what each version changed and its measured speed).
+// hopper-bwd's kernel (included by backward/hopper_launch.cuh; backward/hopper.cu's
+// file head says what it is, what each version changed and its measured speed).
 //
 // A block owns kKeys = 128 keys of one (batch, K/V head) and walks the query
 // rows of every query head of the GQA group in steps of kStep = 64 rows,
-// skipping the steps none of whose rows sees one of its keys. Its 384 threads
-// are three warpgroups:
-//  - warpgroup 0, the producer: it gives its registers away (setmaxnreg); warp
-//    0 loads K and V once (TMA), then each step's Q and dO tiles (TMA) into a
-//    two-stage ring and writes the step's row information (log2(e) LSE_i, D_i,
-//    the keys row i sees) beside them; the other three warps leave;
+// skipping the steps none of whose rows sees one of its keys. The grid is 1-D,
+// key block major (block i: key block i / pairs of pair i % pairs), so the
+// first key blocks, which see the most rows under a causal mask, start first.
+// Its 384 threads are three warpgroups:
+//  - warpgroup 0, the producer: it gives its registers away (setmaxnreg);
+//    warp 0 loads K and V once (TMA), then each step's Q and dO tiles (TMA)
+//    into a two-stage ring and writes the step's row information (log2(e)
+//    LSE_i, D_i, the keys row i sees) and id beside them; thread 32, the dQ
+//    writer, adds each step's dQ share to the f32 accumulator with TMA
+//    reductions; the other threads leave;
 //  - warpgroups 1 and 2, the consumers: consumer c owns keys [64 c, 64 c + 64)
 //    of the block as the M rows of its wgmma tiles, with their dK and dV
 //    accumulators (64 x D f32 each) in registers. A step:
@@ -21,18 +25,25 @@
 //      two consumers' halves side by side; a barrier over both;
 //      dQ[:, c D/2 ... + D/2] = dS K             (wgmma ss, B MN-major: 64 queries x
 //                                                 D/2 over the block's 128 keys)
-//      added to the f32 dQ accumulator (red.global.add.v2.f32), which a row
-//      kernel scales and converts after the pass.
+//      into shared memory (f32, swizzled as TMA reads it), handed to the dQ
+//      writer, which adds it to the accumulator; a row kernel scales and
+//      converts the accumulator after the pass.
 //    and at the end dK = scale dK, dV stored from registers.
-// The ring's barriers: full[s] completes when the step's TMA bytes have landed
-// and warp 0's 32 threads have written its row information and step id;
-// empty[s] when the 256 consumer threads have released it.
+// The barriers: full[s] completes when the step's TMA bytes have landed and
+// warp 0's 32 threads have written its row information and id; empty[s] when
+// the 256 consumer threads have released it (one arrival a warp, after a
+// __syncwarp, made racecheck report the other lanes' reads racing the
+// producer's next writes); dQ full when the 256 consumer threads have written
+// the share and fenced it for the async proxy; dQ empty when the writer's
+// reductions have read it.
 // dS is double-buffered, so one consumer barrier a step suffices: a consumer
 // reaches step n + 1's barrier only after its dQ product of step n completed,
 // so the buffer of step n is free again at step n + 2.
 // Keys past the sequence and rows past it or that see no key weigh exactly 0:
-// P^T and dS^T are selected to 0 there, never computed (TMA zero-fills the
-// rows past the tensors; the padding rows inside them hold finite values).
+// P^T is selected to 0 there, so dS^T is 0 too (TMA zero-fills the rows past
+// the tensors; the padding rows inside them hold finite values, the domain).
+// dQ is not deterministic: a row's shares from three or more key blocks meet
+// in the accumulator in whatever order the reductions arrive.
 #pragma once
 
 #include <cuda_bf16.h>

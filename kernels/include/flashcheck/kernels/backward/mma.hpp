@@ -27,8 +27,8 @@ inline constexpr int kMmaBackwardBlockQueries = 64;
 /// fa2-mma-bwd's domain (fa2-mma-bwd-det's is the same, deterministic):
 /// f16/bf16 storage, every product accumulated in f32 (P and dS rounded to the
 /// dtype as the A operand of their products, as FlashAttention-2 does); d = dv
-/// in {64, 128} (d = 256 would need 256 registers a thread for dK and dV
-/// alone); any seqlen_q and seqlen_kv (tails predicated); none/causal_tl/
+/// in {64, 128, 256} (at d = 256 two warps share a key tile's dK and dV, which
+/// would take 256 registers a thread alone); any seqlen_q and seqlen_kv (tails predicated); none/causal_tl/
 /// causal_br/window masks; GQA/MQA (dK and dV summed over the group by the
 /// kernel); padded batches; LSE; BHSD and BSHD (16-byte cp.async needs the last
 /// axis contiguous and d a multiple of 8, which these head dims are). NaN/Inf
