@@ -12,11 +12,13 @@
 
 #include "flashcheck/cli/commands.hpp"
 #include "flashcheck/cli/progress.hpp"
+#include "flashcheck/cli/watchdog.hpp"
 #include "flashcheck/core/record.hpp"
 #include "flashcheck/core/subject.hpp"
 #include "flashcheck/core/values.hpp"
 #include "flashcheck/judge/judge.hpp"
 #include "flashcheck/core/backward.hpp"
+#include "flashcheck/fuzz/sweep_parts.hpp"
 #include "flashcheck/oracles/kokkos/kokkos_backward.hpp"
 #include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
 
@@ -190,6 +192,7 @@ int run_cases(const RunOptions& options) {
   Progress progress(!single);
   const std::size_t total_cases = problems.size() * subjects.size();
   std::size_t case_index = 0;
+  CaseWatchdog watchdog;
   for (const Problem& problem : problems) {
     // With --kokkos: the inputs once per problem, and the Kokkos reference once
     // per set of checked rows (the same for every subject at the same --rows).
@@ -199,8 +202,22 @@ int run_cases(const RunOptions& options) {
     std::optional<GradientRows> kokkos_gradient_rows;
     for (Subject* subject : subjects) {
       progress.show("case", case_index++, total_cases, fmt::format("{} {}", subject->name(), to_line(problem)));
+      // A hang ends the run: recorded as a timeout (as fuzz records its worker's), exit 1.
+      watchdog.arm(fuzz::detail::watchdog_for(problem, options.watchdog_seconds),
+                   fmt::format("{} on '{}'", subject->name(), to_line(problem)), [&] {
+                     if (!records) return;
+                     CaseRecord lost;
+                     lost.verdict = CaseVerdict::timeout;
+                     lost.check = "timeout";
+                     lost.subject = subject->name();
+                     lost.problem = to_line(problem);
+                     lost.reproducer = replay_command(subject->name(), problem);
+                     lost.message = "no answer within the --watchdog deadline";
+                     records->write(lost);
+                   });
       const CaseResult result =
           inputs ? judge(*subject, problem, *inputs, judge_options) : judge(*subject, problem, judge_options);
+      watchdog.disarm();
       progress.clear();
       if (records) records->write(to_record(result));
       if (result.status == Status::unsupported) {
@@ -305,6 +322,11 @@ void add_run(CLI::App& app, int& exit_code) {
                     "Also triangulate: the subject against the Kokkos reference, and cpu_f64 against it, on the\n"
                     "checked rows (to tell a subject's bug from an oracle's)");
   add_require_gpu(*command, options->require_gpu);
+  command->add_option("--watchdog", options->watchdog_seconds,
+                      "Seconds per case before flashcheck gives it up as a hang, records it as a timeout and exits 1\n"
+                      "(0: scaled to the case's size, as fuzz's: 60 s + 1 s per 1e7 multiply-adds)")
+      ->check(finite_in(0, kMaxSeconds))
+      ->capture_default_str();
   add_max_memory(*command);
   add_every_row(*command, options->every_row);
   command->footer(fmt::format("Example: flashcheck run -s cpu-plain,smoke-cpu-lowp --problems cli/smoke.problems -q\n{}",

@@ -141,6 +141,26 @@ class Sweep(unittest.TestCase):
         got = records(self.out("a"))
         self.assertEqual([r["verdict"] for r in got], ["timeout"] * 3)
 
+    def test_run_gives_a_hanging_case_up_records_it_and_exits_1(self):
+        # `run` holds its subjects in its own process: its watchdog records the
+        # case as a timeout and ends the process, after the cases before it.
+        path = self.out("run.jsonl")
+        start = time.monotonic()
+        run = subprocess.run([BINARY, "run", "-q", "-s", "cpu-plain,misbehave-hang", "-p",
+                              "b=1 hq=2 sq=9 skv=13 d=8 dtype=f32", "--watchdog", "1", "--record", path],
+                             capture_output=True, text=True, timeout=120)
+        self.assertLess(time.monotonic() - start, 30)
+        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+        self.assertEqual(len(run.stderr.strip().splitlines()), 1, run.stderr)
+        self.assertIn("flashcheck: hang: misbehave-hang on 'b=1 hq=2", run.stderr)
+        self.assertIn("within 1 s (--watchdog)", run.stderr)
+        self.assertIn("PASS", run.stdout)
+        with open(path, encoding="utf-8") as f:
+            got = [json.loads(line) for line in f.read().splitlines()]
+        self.assertEqual([(r["subject"], r["verdict"]) for r in got],
+                         [("cpu-plain", "pass"), ("misbehave-hang", "timeout")])
+        self.assertIn("run --subject misbehave-hang", got[1]["reproducer"])
+
     def test_a_second_sweep_replays_the_corpus_first(self):
         sweep(self.out("a"), "--subjects", "misbehave-crash", "--cases", "2", "--seed", "4")
         with open(os.path.join(self.out("a"), "corpus", "misbehave-crash.problems"), encoding="utf-8") as f:
@@ -361,6 +381,14 @@ class GpuSweep(unittest.TestCase):
             self.assertEqual(r["verdict"], "fault", r)
             self.assertIn("misaligned", r["message"])
         self.assertEqual({r["verdict"] for r in by["fa2-rowthread"]}, {"pass"}, "a fresh worker after every fault")
+
+    def test_run_gives_a_kernel_that_never_ends_up(self):
+        start = time.monotonic()
+        run = subprocess.run([BINARY, "run", "-s", "misbehave-gpu-hang", "-p", "b=1 hq=2 sq=9 skv=13 d=8 dtype=f32",
+                              "--watchdog", "5"], capture_output=True, text=True, timeout=120)
+        self.assertLess(time.monotonic() - start, 60)
+        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
+        self.assertIn("flashcheck: hang: misbehave-gpu-hang", run.stderr)
 
     def test_a_kernel_that_never_ends_meets_the_watchdog(self):
         out = os.path.join(self.dir, "a")

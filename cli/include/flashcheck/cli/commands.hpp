@@ -91,6 +91,7 @@ struct RunOptions {
   bool no_peer = false;
   bool kokkos = false;  // also compare with the Kokkos reference
   bool require_gpu = false;  // an unavailable subject is a failure
+  double watchdog_seconds = 0;  // a case's deadline (0: fuzz's, scaled to the case's size)
   // off until the GPU path is fixed (docs/kokkos-cuda.md: on the H100 every
   // device call faulted, 2026-11-25); auto is the intended default.
   EveryRowMode every_row = EveryRowMode::automatic;
