@@ -3,6 +3,8 @@
 
 #include "flashcheck/cli/commands.hpp"
 #include "flashcheck/cli/progress.hpp"
+#include "flashcheck/cli/watchdog.hpp"
+#include "flashcheck/fuzz/sweep_parts.hpp"
 #include "flashcheck/reports/bench.hpp"
 
 namespace flashcheck::cli {
@@ -37,12 +39,19 @@ void add_bench(CLI::App& app, int& exit_code) {
   add_peer(*command, *peer, *no_peer);
   auto require_gpu = std::make_shared<bool>(false);
   add_require_gpu(*command, *require_gpu);
+  auto watchdog_seconds = std::make_shared<double>(0);
+  command->add_option("--watchdog", *watchdog_seconds,
+                      "Seconds per timing (a subject on a problem) before flashcheck gives it up as a hang and\n"
+                      "exits 1 (0: scaled to the problem's size, as fuzz's: 60 s + 1 s per 1e7 multiply-adds)")
+      ->check(finite_in(0, kMaxSeconds))
+      ->capture_default_str();
   add_max_memory(*command);
   command->footer(
       "Example: flashcheck bench -s all --problems scripts/gpu-bench.problems --record bench.jsonl\n"
       "Exit codes: 0 every pair in a subject's domain was timed (subjects unavailable on this machine are\n"
       "printed UNAVAILABLE and skipped); 1 a timing failed, or with --require-gpu a subject is unavailable\n"
-      "here; 2 bad input, or nothing could be timed (no GPU, a build without CUDA); 3 internal error.");
+      "here, or a timing gave no answer within --watchdog (a hang: the run stops there); 2 bad input, or\n"
+      "nothing could be timed (no GPU, a build without CUDA); 3 internal error.");
   command->callback([=, &exit_code] {
     options->problems = read_problems(*lines, *file);
     options->subjects = resolve_subjects(*names, &options->every_subject);
@@ -52,13 +61,24 @@ void add_bench(CLI::App& app, int& exit_code) {
         return;
       }
     options->peer = resolve_peer(*peer, *no_peer);
-    // "problem i/n: subject" on stderr while each is timed (a terminal only).
+    // "problem i/n: subject" on stderr while each is timed (a terminal only),
+    // and the timing's deadline: a subject that hangs ends the run (exit 1).
     auto progress = std::make_shared<Progress>(true);
-    options->progress = [progress, total = options->problems.size()](std::size_t problem, std::string_view subject) {
-      if (subject.empty()) progress->clear();
-      else progress->show("problem", problem, total, subject);
+    auto watchdog = std::make_shared<CaseWatchdog>();
+    const std::vector<Problem>* problems = &options->problems;
+    options->progress = [progress, watchdog, problems, seconds = *watchdog_seconds](std::size_t problem,
+                                                                                  std::string_view subject) {
+      if (subject.empty()) {
+        watchdog->disarm();
+        progress->clear();
+        return;
+      }
+      progress->show("problem", problem, problems->size(), subject);
+      const Problem& p = (*problems)[problem];
+      watchdog->arm(fuzz::detail::watchdog_for(p, seconds), fmt::format("{} on '{}'", subject, to_line(p)), {});
     };
     exit_code = reports::run_bench(*options);
+    options->progress = nullptr;  // the watchdog's thread ends with its last owner, here
     progress->clear();
     print_subject_stats();
   });

@@ -382,13 +382,15 @@ class GpuSweep(unittest.TestCase):
             self.assertIn("misaligned", r["message"])
         self.assertEqual({r["verdict"] for r in by["fa2-rowthread"]}, {"pass"}, "a fresh worker after every fault")
 
-    def test_run_gives_a_kernel_that_never_ends_up(self):
-        start = time.monotonic()
-        run = subprocess.run([BINARY, "run", "-s", "misbehave-gpu-hang", "-p", "b=1 hq=2 sq=9 skv=13 d=8 dtype=f32",
-                              "--watchdog", "5"], capture_output=True, text=True, timeout=120)
-        self.assertLess(time.monotonic() - start, 60)
-        self.assertEqual(run.returncode, 1, run.stdout + run.stderr)
-        self.assertIn("flashcheck: hang: misbehave-gpu-hang", run.stderr)
+    def test_run_and_bench_give_a_kernel_that_never_ends_up(self):
+        for command in ("run", "bench"):
+            start = time.monotonic()
+            run = subprocess.run([BINARY, command, "-s", "misbehave-gpu-hang", "-p",
+                                  "b=1 hq=2 sq=9 skv=13 d=8 dtype=f32", "--watchdog", "5"],
+                                 capture_output=True, text=True, timeout=120)
+            self.assertLess(time.monotonic() - start, 60, command)
+            self.assertEqual(run.returncode, 1, command + "\n" + run.stdout + run.stderr)
+            self.assertIn("flashcheck: hang: misbehave-gpu-hang on 'b=1 hq=2", run.stderr, command)
 
     def test_a_kernel_that_never_ends_meets_the_watchdog(self):
         out = os.path.join(self.dir, "a")
