@@ -20,6 +20,23 @@
 
 namespace flashcheck::reports {
 
+std::string problem_summary(const std::vector<TimedSubject>& timed, std::string_view peer_name) {
+  if (timed.empty()) return {};
+  const auto best = std::min_element(timed.begin(), timed.end(), [](const TimedSubject& x, const TimedSubject& y) {
+    return x.median_ms < y.median_ms;
+  });
+  const auto peer = std::find_if(timed.begin(), timed.end(), [](const TimedSubject& t) { return t.peer; });
+  std::string line = fmt::format("  best: {}{} {:.3f} ms", best->name, best->peer ? " (peer)" : "", best->median_ms);
+  if (peer == timed.end())
+    return line + (peer_name.empty() ? std::string("; no peer") : fmt::format("; {} not timed on this problem", peer_name));
+  auto ratio = [&](const TimedSubject& t) { return fmt::format("{:.2f}x", peer->median_ms / t.median_ms); };
+  if (!best->peer) line += fmt::format(", {} {}", ratio(*best), peer->name);
+  std::string others;
+  for (const TimedSubject& t : timed)
+    if (!t.peer) others += fmt::format("{}{} {}", others.empty() ? "" : ", ", t.name, ratio(t));
+  return others.empty() ? line : line + fmt::format("; vs {}: {}", peer->name, others);
+}
+
 #ifdef FLASHCHECK_HAVE_CUDA
 
 namespace {
@@ -92,6 +109,7 @@ int run_bench(const BenchOptions& options) {
     // The peer first, so that every subject after it is compared with it.
     std::stable_partition(order.begin(), order.end(), [peer](const Subject* s) { return s == peer; });
     std::optional<double> peer_ms;
+    std::vector<TimedSubject> timed_here;  // for the problem's summary line
     for (Subject* subject : order) {
       const bool is_peer = peer_added && subject == peer;
       std::string why;
@@ -135,6 +153,7 @@ int run_bench(const BenchOptions& options) {
                  100 * tflops / gemm, gbps, 100 * gbps / ceilings.copy_gbps,
                  vs_peer >= 0.01 ? fmt::format("{:.2f}", vs_peer) : vs_peer > 0 ? fmt::format("{:.1e}", vs_peer) : "-", row.input_sets, to_line(p));
       ++timed;
+      timed_here.push_back({row.subject, ms, subject == peer});
       if (!records) continue;
       BenchRecord record;
       record.time = record_time_now();
@@ -163,6 +182,8 @@ int run_bench(const BenchOptions& options) {
       }
       records->write(record);
     }
+    if (const std::string summary = problem_summary(timed_here, peer ? peer->name() : ""); !summary.empty())
+      fmt::print("{}\n", summary);
   }
   fmt::print("\n%GEMM: of the measured cuBLAS GEMM of the problem's class (bf16 for f16/bf16, f32 without TF32 for "
              "f32); %copy: of the measured device copy (the ceiling of decode, sq <= {}); {}: the peer's time over "

@@ -34,6 +34,20 @@ struct BenchOptions {
 /// failed (a fault, an error), 2 when nothing could be timed.
 int run_bench(const BenchOptions& options);
 
+/// One subject's median time on one problem, for the problem's summary line.
+struct TimedSubject {
+  std::string name;
+  double median_ms = 0;
+  bool peer = false;
+};
+
+/// A problem's summary line, printed under its rows: the fastest subject (the
+/// peer among them) and every subject's speed over the peer's, e.g.
+///   "  best: hopper 0.907 ms, 0.91x cudnn; vs cudnn: hopper 0.91x, mma-kv-pipelined 0.46x"
+/// Without the peer's time: the fastest subject alone, and why no ratio. Empty
+/// when nothing was timed on the problem.
+std::string problem_summary(const std::vector<TimedSubject>& timed, std::string_view peer_name);
+
 /// Problems of at most this many queries are bandwidth-bound (decode): their
 /// headline fraction is of the copy ceiling, not the GEMM's.
 inline constexpr std::int64_t kDecodeMaxQueries = 16;
