@@ -67,6 +67,10 @@ def main():
     for which in want:
         if which not in seen:
             failures.append(f"not timed: {which}")
+    # Each problem ends with its summary line: the fastest, and the subject over cuDNN.
+    summaries = [l for l in run.stdout.splitlines() if l.startswith("  best: ")]
+    if len(summaries) != 2 or not all(f"vs cudnn: {SUBJECT} " in l for l in summaries):
+        failures.append(f"want two summary lines naming {SUBJECT} against cudnn, got {summaries}")
     for failure in failures:
         print("FAIL:", failure)
     if not failures:
