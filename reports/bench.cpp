@@ -29,7 +29,10 @@ std::string problem_summary(const std::vector<TimedSubject>& timed, std::string_
   std::string line = fmt::format("  best: {}{} {:.3f} ms", best->name, best->peer ? " (peer)" : "", best->median_ms);
   if (peer == timed.end())
     return line + (peer_name.empty() ? std::string("; no peer") : fmt::format("; {} not timed on this problem", peer_name));
-  auto ratio = [&](const TimedSubject& t) { return fmt::format("{:.2f}x", peer->median_ms / t.median_ms); };
+  auto ratio = [&](const TimedSubject& t) {  // as the table's column: two decimals, or two digits below 0.01
+    const double x = peer->median_ms / t.median_ms;
+    return x >= 0.01 ? fmt::format("{:.2f}x", x) : fmt::format("{:.1e}x", x);
+  };
   if (!best->peer) line += fmt::format(", {} {}", ratio(*best), peer->name);
   std::string others;
   for (const TimedSubject& t : timed)

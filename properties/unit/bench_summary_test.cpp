@@ -25,6 +25,9 @@ TEST(BenchSummary, WithoutThePeersTimeItSaysWhyThereIsNoRatio) {
   EXPECT_EQ(problem_summary(timed, ""), "  best: decode 0.712 ms; no peer");
   EXPECT_EQ(problem_summary({}, "cudnn"), "");
   EXPECT_EQ(problem_summary({{"cudnn", 1.0, true}}, "cudnn"), "  best: cudnn (peer) 1.000 ms");
+  // A ratio below 0.01 keeps two digits, as the table's column does.
+  EXPECT_EQ(problem_summary({{"cudnn", 2.706, true}, {"fa2-rowthread-bwd", 1764.283, false}}, "cudnn"),
+            "  best: cudnn (peer) 2.706 ms; vs cudnn: fa2-rowthread-bwd 1.5e-03x");
 }
 
 }  // namespace
