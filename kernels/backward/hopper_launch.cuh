@@ -15,29 +15,17 @@
 
 namespace flashcheck::kernels::hopper_bwd {
 
-
 /// The f32 dQ accumulator [batch, heads_q, seqlen_q, d] as a 4-D map {d,
 /// seq, head, batch}, reduced into in boxes of {32, kStep, 1, 1} (128 bytes a
 /// row, the 128-byte swizzle the kernel writes its dQ share in).
 inline CUtensorMap dq_accumulator_map(const BackwardArgs& args, int d, const gpu::CallSite& site) {
   const gpu::AttentionArgs& a = args.attention;
-  CUtensorMap map{};
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(a.seqlen_q),
                               static_cast<cuuint64_t>(a.heads_q), static_cast<cuuint64_t>(a.batch)};
   const cuuint64_t row = static_cast<cuuint64_t>(d) * 4;
   const cuuint64_t strides[3] = {row, row * a.seqlen_q, row * a.seqlen_q * a.heads_q};
-  const cuuint32_t box[4] = {32, static_cast<cuuint32_t>(kStep), 1, 1};
-  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  const CUresult result = hopper::encode_function(site)(
-      &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, args.dq_accum, dims, strides, box, element_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (result != CUDA_SUCCESS)
-    throw gpu::CudaError(cudaErrorInvalidValue,
-                         "cuTensorMapEncodeTiled failed (CUresult " + std::to_string(static_cast<int>(result)) +
-                             ") for the dQ accumulator in " + site.kernel + " on " + site.problem,
-                         false);
-  return map;
+  return hopper::encode_4d(args.dq_accum, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, dims, strides, 32, kStep, site,
+                           "the dQ accumulator");
 }
 
 template <typename T, int D, HopperBackwardFlaw kFlaw>

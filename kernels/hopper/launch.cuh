@@ -11,6 +11,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "common/launch.cuh"
 #include "hopper/kernel.cuh"
@@ -31,28 +32,40 @@ inline PFN_cuTensorMapEncodeTiled_v12000 encode_function(const gpu::CallSite& si
   return encode;
 }
 
-/// A 4-D map {d, seq, head, batch} over a tensor with the given element
-/// strides, read in boxes of {64, rows, 1, 1} with the 128-byte swizzle; boxes
-/// past the sequence are zero-filled.
+/// A 4-D tiled map of `type` over `data` (dims innermost first; strides in
+/// bytes, of axes 1 to 3), read or written in boxes of {box_inner, box_rows,
+/// 1, 1} with the 128-byte swizzle; boxes past the bounds are zero-filled on
+/// loads and cut on stores. `what` names the tensor in the error ("" for none).
+inline CUtensorMap encode_4d(const void* data, CUtensorMapDataType type, const cuuint64_t (&dims)[4],
+                             const cuuint64_t (&strides)[3], int box_inner, int box_rows, const gpu::CallSite& site,
+                             std::string_view what = {}) {
+  CUtensorMap map{};
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(box_inner), static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  const CUresult result = encode_function(site)(&map, type, 4, const_cast<void*>(data), dims, strides, box,
+                                                element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS)
+    throw gpu::CudaError(cudaErrorInvalidValue,
+                         "cuTensorMapEncodeTiled failed (CUresult " + std::to_string(static_cast<int>(result)) + ")" +
+                             (what.empty() ? std::string() : " for " + std::string(what)) + " in " + site.kernel +
+                             " on " + site.problem,
+                         false);
+  return map;
+}
+
+/// A 4-D map {d, seq, head, batch} over an f16/bf16 tensor with the given
+/// element strides, read in boxes of {64, rows, 1, 1} with the 128-byte
+/// swizzle; boxes past the sequence are zero-filled.
 inline CUtensorMap tensor_map(const void* data, bool bf16, int d, int seq, int heads, int batch, std::int64_t seq_stride,
                        std::int64_t head_stride, std::int64_t batch_stride, int rows, const gpu::CallSite& site) {
-  CUtensorMap map{};
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(seq),
                               static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
   const cuuint64_t strides[3] = {static_cast<cuuint64_t>(seq_stride) * 2, static_cast<cuuint64_t>(head_stride) * 2,
                                  static_cast<cuuint64_t>(batch_stride) * 2};
-  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(rows), 1, 1};
-  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  const CUresult result = encode_function(site)(
-      &map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, const_cast<void*>(data), dims,
-      strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (result != CUDA_SUCCESS)
-    throw gpu::CudaError(cudaErrorInvalidValue,
-                         "cuTensorMapEncodeTiled failed (CUresult " + std::to_string(static_cast<int>(result)) +
-                             ") in " + site.kernel + " on " + site.problem,
-                         false);
-  return map;
+  return encode_4d(data, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, dims, strides, 64,
+                   rows, site);
 }
 
 /// What a launch needs from its device: the SM count and the L2 size.
