@@ -159,10 +159,6 @@ __device__ __forceinline__ void stmatrix_x4_trans(std::uint32_t address, const s
                : "memory");
 }
 
-__device__ __forceinline__ void store_shared_pair(std::uint32_t address, float x, float y) {
-  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(address), "f"(x), "f"(y) : "memory");
-}
-
 /// The steps of one block: step s is query rows [i0, i0 + kStep) of query
 /// head hk group + s / per_head, i0 = (s % per_head) kStep. Both roles walk
 /// them in the same order (the producer hands each step's id to the consumers).
@@ -287,25 +283,23 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int s = static_cast<int>(hopper::load_shared(smem.step_id(stage)));
       if (s < 0) break;
 
-      // S^T = K_c Q^T and dP^T = V_c dO^T: D / 16 k-steps, 32 bytes along a 128-byte row each.
+      // S^T = K_c Q^T and dP^T = V_c dO^T, each a commit group: D / 16
+      // k-steps, 32 bytes along a 128-byte row each; A is this consumer's 64
+      // key rows of the key tile, B the step's query tile.
       float st[kTilesQ][4], dpt[kTilesQ][4];
+      auto issue_keys_by_queries = [&](float(&acc)[kTilesQ][4], std::uint32_t key_tile, std::uint32_t step_tile) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          const std::uint32_t at = (kk / 4) * kKeys * 128 + c * 64 * 128 + (kk % 4) * 32;
+          const std::uint32_t bt = (kk / 4) * kStep * 128 + (kk % 4) * 32;
+          Wgmma<kStep, kBf16>::ss(acc, hopper::sw128_descriptor(key_tile + at, 16, 1024),
+                                  hopper::sw128_descriptor(step_tile + bt, 16, 1024), kk > 0);
+        }
+        hopper::wgmma_commit();
+      };
       hopper::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const std::uint32_t at = (kk / 4) * kKeys * 128 + c * 64 * 128 + (kk % 4) * 32;
-        const std::uint32_t bt = (kk / 4) * kStep * 128 + (kk % 4) * 32;
-        Wgmma<kStep, kBf16>::ss(st, hopper::sw128_descriptor(smem.k() + at, 16, 1024),
-                                hopper::sw128_descriptor(smem.q(stage) + bt, 16, 1024), kk > 0);
-      }
-      hopper::wgmma_commit();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const std::uint32_t at = (kk / 4) * kKeys * 128 + c * 64 * 128 + (kk % 4) * 32;
-        const std::uint32_t bt = (kk / 4) * kStep * 128 + (kk % 4) * 32;
-        Wgmma<kStep, kBf16>::ss(dpt, hopper::sw128_descriptor(smem.v() + at, 16, 1024),
-                                hopper::sw128_descriptor(smem.dout(stage) + bt, 16, 1024), kk > 0);
-      }
-      hopper::wgmma_commit();
+      issue_keys_by_queries(st, smem.k(), smem.q(stage));
+      issue_keys_by_queries(dpt, smem.v(), smem.dout(stage));
 
       // P^T (in st) while dP^T's product runs.
       const float4* rows = smem.rows(stage);
@@ -366,7 +360,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // dQ's share: columns [c D/2, c D/2 + D/2) of dS K over the block's keys,
       // once both consumers' dS panels are written.
       hopper::named_barrier_sync(kPairBarrier, kConsumerThreads);
-      hopper::wgmma_fence();  // dQ's registers were last read by the previous step's atomics
+      hopper::wgmma_fence();  // dQ's registers were last read by the previous step's shared-memory stores
       float dq[kHalfD / 8][4];
       const int column0 = c * kHalfD;
       const std::uint32_t k_columns = smem.k() + (column0 / 64) * kKeys * 128 + (column0 % 64) * 2;
@@ -401,7 +395,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                   lane % 2 * 8;
 #pragma unroll
         for (int j = 0; j < kHalfD / 8; ++j)
-          store_shared_pair(row + j / 4 * kStep * 128 + chunk[j % 4], dq[j][2 * r], dq[j][2 * r + 1]);
+          hopper::store_shared_pair(row + j / 4 * kStep * 128 + chunk[j % 4], dq[j][2 * r], dq[j][2 * r + 1]);
       }
       hopper::fence_proxy_async();  // the writer's bulk reductions (async proxy) read it
       hopper::mbarrier_arrive(smem.dq_full());

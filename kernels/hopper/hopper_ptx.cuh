@@ -45,6 +45,11 @@ __device__ __forceinline__ void store_shared(std::uint32_t address, std::uint32_
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(address), "r"(value) : "memory");
 }
 
+/// Two adjacent floats (8 bytes, 8-byte aligned) to shared memory at a 32-bit shared address.
+__device__ __forceinline__ void store_shared_pair(std::uint32_t address, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(address), "f"(x), "f"(y) : "memory");
+}
+
 /// A 4-byte load from shared memory at a 32-bit shared address.
 __device__ __forceinline__ std::uint32_t load_shared(std::uint32_t address) {
   std::uint32_t value;

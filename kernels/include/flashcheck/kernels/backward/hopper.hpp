@@ -22,8 +22,8 @@ inline constexpr int kHopperBackwardStepQueries = 64;
 /// GQA/MQA; padded batches; BHSD and BSHD; finite inputs only) on sm_90a, with
 /// d = dv in {64, 128} (d = 256: dK and dV of 64 keys x 256 would take 256
 /// registers a consumer thread). TMA needs 16-byte strides, which d >= 64
-/// in f16/bf16 gives every layout. dQ is added with atomics (not
-/// deterministic). The forward is fa2-rowthread-bwd's, as fa2-mma-bwd's.
+/// in f16/bf16 gives every layout. dQ's shares are added by TMA
+/// reductions in whatever order they arrive (not deterministic). The forward is fa2-rowthread-bwd's, as fa2-mma-bwd's.
 inline constexpr Capabilities kHopperBackwardCapabilities = [] {
   Capabilities caps = kMmaBackwardCapabilities;
   caps.head_dims = {64, 128};
