@@ -354,6 +354,19 @@ GradientRows sum_over_groups(const GradientRows& mha, const Problem& gqa) {
 //    with x = dP_ij - D~_i and e the two sums' errors.
 //  - dK_jc = scale Sum_i dS_ij Q_ic: the accumulation adds g_(N+2) scale
 //    Sum_i |dS^_ij| |Q_ic|.
+//  - Underflow, the absolute part of each rounding (fl(x op y) = (x op y)(1 +
+//    d) + eta): an f32 result below the normal range is off by less than its
+//    smallest normal, eta = 2^-126 (flushed to zero, as a kernel built with
+//    -ftz or ex2.approx.ftz does, or rounded to a subnormal), and a value
+//    rounded to the working dtype by eta_w = max(eta, s_w / 2) (f16's
+//    subnormals start at 2^-14). P_ij's floor eta_w reaches dS through
+//    |x| + |e|, dS's own roundings add 3 eta + eta_w, and each product and
+//    addition of the accumulations 2 eta: per term, dV_jc gains
+//    eta_w |dO_ic| + 2 eta, and dK_jc (dQ_ic alike, with K) scale |Q_ic|
+//    (eta_w ((|x| + |e|)(1 + delta) + 1) + 3 eta) + 2 eta. Without it, a dK
+//    made of P_ij that f32's exp leaves subnormal (one query row, a softmax
+//    scale of 11, 1023 keys: dK near 1e-41) was off by 46 subnormal spacings
+//    between two correct subjects, and the bound allowed 5.
 //  - Every element is rounded once to the output dtype: u_o |g^_jc| + s_o / 2
 //    (s_o the dtype's smallest subnormal).
 //  - The sums here, in f64, add 4 lk u(f64) Sum_j |g^_jc|, and the f64
@@ -366,6 +379,16 @@ GradientRows sum_over_groups(const GradientRows& mha, const Problem& gqa) {
 namespace {
 
 double gamma(double n, double u) { return n * u / (1 - n * u); }
+
+// The underflow floors of the derivation above: eta for an f32 result, eta_w
+// for one rounded to the working dtype.
+struct Underflow {
+  explicit Underflow(DType working)
+      : eta(min_normal(DType::f32)), eta_w(std::max(eta, min_subnormal(working) / 2)) {}
+  double eta, eta_w;
+  /// dS_ij's absolute floor, with |x| + |e| its factor dP - D and that's error and delta dS's relative rounding.
+  double ds(double x_plus_e, double delta) const { return eta_w * (x_plus_e * (1 + delta) + 1) + 3 * eta; }
+};
 
 // One (batch, query head, query row): what the pair loops need.
 struct RowTerms {
@@ -450,6 +473,7 @@ GradientSums gradient_sums(const Problem& p, const Inputs& in, const HostTensor&
   constexpr double u64 = 0x1p-53;
   const double u = unit_roundoff(DType::f32), uw = unit_roundoff(working), uo = unit_roundoff(p.dtype);
   const double so = min_subnormal(p.dtype);
+  const Underflow floors(working);
   const double scale = p.softmax_scale;
   const std::int64_t d = p.head_dim, dv = p.head_dim_v;
   GradientSums sums;
@@ -492,15 +516,17 @@ GradientSums gradient_sums(const Problem& p, const Inputs& in, const HostTensor&
         const double g = dout.get(b, h, i, c);
         dp += g * v[c];
         dp_abs += std::fabs(g * v[c]);
-        bvc[c] += prob * std::fabs(g) * (pi + (1 + pi) * gamma(n_terms + 1, u));
+        bvc[c] += prob * std::fabs(g) * (pi + (1 + pi) * gamma(n_terms + 1, u)) + floors.eta_w * std::fabs(g) +
+                  2 * floors.eta;
       }
       const double x = std::fabs(dp - t.d_handed);
       const double err = gamma(dv, u) * dp_abs + uw * std::fabs(dp) + e_d;
       const double ds_error = prob * ((pi + delta + pi * delta) * x + (1 + pi) * (1 + delta) * err);
       const double ds_size = prob * (1 + pi) * (1 + delta) * (x + err);
+      const double ds_floor = floors.ds(x + err, delta);
       for (std::int64_t c = 0; c < d; ++c) {
         const double qc = std::fabs(in.q.get(b, h, i, c));
-        bkc[c] += scale * qc * (ds_error + sum_gamma * ds_size);
+        bkc[c] += scale * qc * (ds_error + sum_gamma * ds_size + ds_floor) + 2 * floors.eta;
       }
       sums.largest_p_error = std::max(sums.largest_p_error, pi);
     }
@@ -538,6 +564,7 @@ GradientRows gradient_error_bounds(const Problem& p, const Inputs& in, const Hos
   constexpr double u64 = 0x1p-53;
   const double u = unit_roundoff(DType::f32), uw = unit_roundoff(working), uo = unit_roundoff(p.dtype);
   const double so = min_subnormal(p.dtype);
+  const Underflow floors(working);
   const double scale = p.softmax_scale;
   const std::int64_t d = p.head_dim, dv = p.head_dim_v;
   GradientRows bounds = all_gradient_rows(p);
@@ -569,7 +596,8 @@ GradientRows gradient_error_bounds(const Problem& p, const Inputs& in, const Hos
         const double g = dout.get(b, h, i, c);
         dp += g * v[c];
         dp_abs += std::fabs(g * v[c]);
-        dvb[c] += prob * std::fabs(g) * (pi + (1 + pi) * gamma(n_kv + 1, u));
+        dvb[c] += prob * std::fabs(g) * (pi + (1 + pi) * gamma(n_kv + 1, u)) + floors.eta_w * std::fabs(g) +
+                  2 * floors.eta;
       }
       const double x = std::fabs(dp - t.d_handed);
       const double err = gamma(dv, u) * dp_abs + uw * std::fabs(dp) + e_d;
@@ -580,10 +608,12 @@ GradientRows gradient_error_bounds(const Problem& p, const Inputs& in, const Hos
       const double ds_size = prob * (1 + pi) * (1 + delta) * (x + err);
       if (p.softcap > 0)
         ds_error += ds_size * (3 * u + (gamma(d + 2, u) * t.a[n] + 2 * u * std::fabs(t.s[n])) / p.softcap);
+      const double ds_floor = floors.ds(x + err, delta);
       double* dkb = bounds.dk_row(b, hk, j);
       for (std::int64_t c = 0; c < d; ++c) {
-        dkb[c] += scale * std::fabs(in.q.get(b, h, i, c)) * (ds_error + gamma(n_kv + 2, u) * ds_size);
-        dq[c] += scale * std::fabs(k[c]) * (ds_error + gamma(n_q + 2, u) * ds_size);
+        dkb[c] += scale * std::fabs(in.q.get(b, h, i, c)) * (ds_error + gamma(n_kv + 2, u) * ds_size + ds_floor) +
+                  2 * floors.eta;
+        dq[c] += scale * std::fabs(k[c]) * (ds_error + gamma(n_q + 2, u) * ds_size + ds_floor) + 2 * floors.eta;
       }
     }
   });
