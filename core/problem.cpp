@@ -333,6 +333,7 @@ std::string to_line(const Problem& p) {
   line += fmt::format(" scale={}", p.softmax_scale);
   if (p.softcap > 0) line += fmt::format(" softcap={}", p.softcap);
   if (p.alibi) line += " alibi=yes";
+  if (p.page_size > 0) line += fmt::format(" page={}", p.page_size);
   line += fmt::format(" values={}", to_string(p.values));
   if (p.pass == Pass::bwd) line += fmt::format(" pass=bwd dout={}", to_string(p.dout));
   line += fmt::format(" gseed={} dseed={}", p.geometry_seed, p.data_seed);
@@ -342,7 +343,7 @@ std::string to_line(const Problem& p) {
 Problem parse_problem(std::string_view line) {
   std::map<std::string, std::string_view, std::less<>> fields;
   static const std::set<std::string_view> known = {"b", "hq", "hkv", "sq", "skv", "lens_q", "lens_kv", "d", "dv",
-                                                   "dtype", "layout", "mask", "window", "scale", "softcap", "alibi",
+                                                   "dtype", "layout", "mask", "window", "scale", "softcap", "alibi", "page",
                                                    "values", "pass", "dout", "gseed", "dseed"};
   std::size_t position = 0;
   while (position < line.size()) {
@@ -416,6 +417,10 @@ Problem parse_problem(std::string_view line) {
     else if (text == "no") p.alibi = false;
     else throw BadInput("alibi", fmt::format("unknown value {} (known: yes, no)", quoted(text)));
   }
+  if (fields.count("page")) {
+    p.page_size = parse_int("page", fields["page"]);
+    if (p.page_size < 1) throw BadInput("page", fmt::format("{} must be >= 1 keys a page (leave it out for contiguous K/V)", p.page_size));
+  }
   if (fields.count("values")) p.values = parse_values(fields["values"]);
   if (fields.count("pass")) {
     const auto text = fields["pass"];
@@ -473,6 +478,10 @@ void validate(const Problem& p) {
     throw BadInput("scale", fmt::format("{} must be a positive finite number", p.softmax_scale));
   if (!std::isfinite(p.softcap) || p.softcap < 0)
     throw BadInput("softcap", fmt::format("{} must be a positive finite number (0: none)", p.softcap));
+  if (p.page_size < 0 || p.page_size >= kMaxDimension)
+    throw BadInput("page", fmt::format("{} must be >= 1 keys a page, or 0 for contiguous K/V", p.page_size));
+  if (p.page_size > 0 && p.pass == Pass::bwd)
+    throw BadInput("page", "a paged K/V cache is the forward's (serving); pass=bwd takes contiguous K/V");
   validate_dist("values", p.values);
   if (p.pass == Pass::bwd) validate_dist("dout", p.dout);
   else if (p.dout != Problem{}.dout) throw BadInput("dout", "dO is drawn for pass=bwd only");

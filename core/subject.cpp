@@ -29,6 +29,12 @@ std::optional<std::string> unsupported_reason(const Capabilities& caps, const Pr
   if (!caps.varlen && p.padded()) return std::string("per-sequence lengths are not supported");
   if (!caps.softcap && p.softcap > 0) return std::string("a logit softcap (softcap=) is not supported");
   if (!caps.alibi && p.alibi) return std::string("ALiBi (alibi=yes) is not supported");
+  if (p.page_size > 0) {
+    if (caps.min_page_size == 0) return std::string("a paged K/V cache (page=) is not supported");
+    if (p.page_size < caps.min_page_size || p.page_size % caps.page_size_multiple != 0)
+      return fmt::format("page={} is not supported (pages of at least {} keys, a multiple of {})", p.page_size,
+                         caps.min_page_size, caps.page_size_multiple);
+  }
   if (caps.aligned_masks_need_sq_le_skv && (p.mask == MaskKind::causal_br || p.mask == MaskKind::window) &&
       p.seqlen_q > p.seqlen_kv)
     return fmt::format("mask {} needs seqlen_q <= seqlen_kv (here {} > {})", to_string(p.mask), p.seqlen_q, p.seqlen_kv);
@@ -136,6 +142,7 @@ std::string describe(const Capabilities& caps) {
   if (caps.split_kv) text += " split_kv";
   if (caps.softcap) text += " softcap";
   if (caps.alibi) text += " alibi";
+  if (caps.min_page_size > 0) text += fmt::format(" page>={}", caps.min_page_size);
   if (caps.backward) {
     std::vector<std::string> traits;
     if (caps.backward_deterministic) traits.emplace_back("deterministic");

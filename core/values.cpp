@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "flashcheck/core/random.hpp"
 
@@ -163,7 +166,13 @@ struct Generator {
 
 }  // namespace
 
-Inputs generate_inputs(const Problem& p) {
+Inputs generate_inputs(const Problem& problem) {
+  if (problem.page_size > 0) {
+    Problem contiguous = problem;
+    contiguous.page_size = 0;
+    return paged_inputs(problem, generate_inputs(contiguous), draw_page_table(problem));
+  }
+  const Problem& p = problem;
   Inputs in;
   in.q = HostTensor(p.dtype, p.layout, p.batch, p.heads_q, p.seqlen_q, p.head_dim);
   in.k = HostTensor(p.dtype, p.layout, p.batch, p.heads_kv, p.seqlen_kv, p.head_dim);
@@ -179,6 +188,54 @@ HostTensor generate_dout(const Problem& p) {
   HostTensor dout(p.dtype, p.layout, p.batch, p.heads_q, p.seqlen_q, p.head_dim_v);
   Generator(p).fill(Which::dout, dout);
   return dout;
+}
+
+}  // namespace flashcheck
+
+namespace flashcheck {
+
+Inputs paged_inputs(const Problem& p, const Inputs& contiguous, const PageTable& table) {
+  if (const std::string mismatch = page_table_mismatch(p, table); !mismatch.empty() || !table.paged())
+    throw std::invalid_argument("paged_inputs: " + (mismatch.empty() ? std::string("no page table") : mismatch));
+  Inputs in{contiguous.q, {}, {}, table};
+  const auto pool = [&](const HostTensor& logical) {
+    HostTensor out(logical.dtype(), logical.layout(), table.pages, logical.heads(), table.page_size, logical.dim());
+    out.poison();
+    return out;
+  };
+  in.k = pool(contiguous.k);
+  in.v = pool(contiguous.v);
+  std::vector<char> written(static_cast<std::size_t>(table.pages * table.page_size), 0);
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t j = 0; j < p.len_kv(b); ++j) {
+      const std::int64_t page = table.page_of(b, j), slot = table.slot_of(j);
+      char& done = written[static_cast<std::size_t>(page * table.page_size + slot)];
+      if (done) continue;
+      done = 1;
+      for (std::int64_t hk = 0; hk < p.heads_kv; ++hk) {
+        for (std::int64_t c = 0; c < in.k.dim(); ++c) in.k.set(page, hk, slot, c, contiguous.k.get(b, hk, j, c));
+        for (std::int64_t c = 0; c < in.v.dim(); ++c) in.v.set(page, hk, slot, c, contiguous.v.get(b, hk, j, c));
+      }
+    }
+  return in;
+}
+
+Inputs logical_inputs(const Problem& p, const Inputs& inputs) {
+  if (!inputs.pages.paged()) return inputs;
+  const PageTable& table = inputs.pages;
+  Inputs in{inputs.q, HostTensor(inputs.k.dtype(), inputs.k.layout(), p.batch, p.heads_kv, p.seqlen_kv, inputs.k.dim()),
+            HostTensor(inputs.v.dtype(), inputs.v.layout(), p.batch, p.heads_kv, p.seqlen_kv, inputs.v.dim()), {}};
+  in.k.poison();
+  in.v.poison();
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t j = 0; j < p.len_kv(b); ++j) {
+      const std::int64_t page = table.page_of(b, j), slot = table.slot_of(j);
+      for (std::int64_t hk = 0; hk < p.heads_kv; ++hk) {
+        for (std::int64_t c = 0; c < in.k.dim(); ++c) in.k.set(b, hk, j, c, inputs.k.get(page, hk, slot, c));
+        for (std::int64_t c = 0; c < in.v.dim(); ++c) in.v.set(b, hk, j, c, inputs.v.get(page, hk, slot, c));
+      }
+    }
+  return in;
 }
 
 }  // namespace flashcheck

@@ -52,7 +52,8 @@ rc::Shrinkable<Problem> draw_problem(const Subject& subject, std::uint64_t seed,
                                .use_geometry_pool = false,
                                .backward_share = backward_share,
                                .softcap = true,
-                               .alibi = true});
+                               .alibi = true,
+                               .paged = true});
   if (size < 0) size = static_cast<int>(k * 37 % 101);  // RapidCheck's size: 0 (small) to 100
   for (std::uint64_t salt = 0; salt < 1000; ++salt) {
     const rc::Random random(rc::Random::Key{seed, static_cast<std::uint64_t>(k), 0x666c617368636865ull, salt});

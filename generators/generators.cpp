@@ -124,6 +124,7 @@ rc::Gen<Problem> gen_problem(const ProblemLimits& limits) {
       if (one_in(4)) p.softcap = *rc::gen::element(0.5, 1.0, 5.0, 30.0, 50.0);
       p.alibi = one_in(4);
     }
+    if (limits.paged && one_in(3)) p.page_size = *rc::gen::inRange<std::int64_t>(1, p.seqlen_kv + 3);
     p.geometry_seed = *rc::gen::arbitrary<std::uint64_t>();
     p.data_seed = *rc::gen::arbitrary<std::uint64_t>();
     return p;
@@ -598,6 +599,17 @@ rc::Gen<Problem> gen_forward_problem_in(const Capabilities& caps, const DomainLi
     // dtype that keeps nan_inf at the default scale above; measured: cpu-plain,
     // 1025 keys, dK NaN where both f64 oracles give Inf).
     if (caps.alibi && limits.alibi && p.values.family != ValueFamily::nan_inf && one_in(4)) p.alibi = true;
+    // A paged K/V cache: pages of one key (every key its own page) to 256,
+    // most smaller than the keys so that the table's shuffle and sharing show.
+    if (caps.min_page_size > 0 && limits.paged && p.pass == Pass::fwd && one_in(3)) {
+      std::vector<std::int64_t> sizes;
+      for (std::int64_t size : {1, 2, 3, 7, 16, 17, 32, 64, 128, 256}) {
+        size = std::max(size, caps.min_page_size);
+        size = (size + caps.page_size_multiple - 1) / caps.page_size_multiple * caps.page_size_multiple;
+        sizes.push_back(size);
+      }
+      p.page_size = *rc::gen::elementOf(sizes);
+    }
     p.geometry_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
     p.data_seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
     return p;
@@ -668,6 +680,7 @@ std::vector<std::string> coverage_labels(const Problem& p, const Capabilities& c
                              : p.softcap > 0          ? "softcap"
                              : p.alibi                ? "alibi"
                                                       : "none"),
+      fmt::format("page={}", p.page_size == 0 ? "none" : p.page_size < 16 ? "<16" : "16+"),
   };
 }
 
@@ -696,6 +709,12 @@ rc::Gen<Problem> gen_problem_outside(const Capabilities& caps) {
     if (!caps.gqa) breaks.push_back([](Problem& q) { q.heads_kv = 1, q.heads_q = 4; });
     if (!caps.softcap) breaks.push_back([](Problem& q) { q.softcap = 30; });
     if (!caps.alibi) breaks.push_back([](Problem& q) { q.alibi = true; });
+    if (caps.min_page_size == 0 || caps.min_page_size > 1)
+      breaks.push_back([&caps](Problem& q) {
+        q.pass = Pass::fwd;
+        q.dout = Problem{}.dout;
+        q.page_size = caps.min_page_size == 0 ? 16 : caps.min_page_size - 1;
+      });
     if (!caps.varlen)
       breaks.push_back([](Problem& q) {
         q.lens_q.assign(q.batch, q.seqlen_q);

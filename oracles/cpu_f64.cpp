@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "flashcheck/oracles/blas.hpp"
@@ -19,6 +21,13 @@ using namespace cpu_f64_detail;
 }  // namespace
 
 AttentionRows cpu_f64_reference(const Problem& p, const Inputs& in, const RowSet& rows, bool with_condition) {
+  if (const std::string mismatch = page_table_mismatch(p, in.pages); !mismatch.empty())
+    throw std::invalid_argument("cpu_f64_reference: " + mismatch);
+  // Key j of sequence b: row j of its K/V, or slot j % P of its page's pool page.
+  const auto read_key = [&](const HostTensor& t, std::int64_t b, std::int64_t hk, std::int64_t j, double* row) {
+    if (p.page_size > 0) t.read_row(in.pages.entries[b * in.pages.per_sequence + j / p.page_size], hk, j % p.page_size, row);
+    else t.read_row(b, hk, j, row);
+  };
   AttentionRows out(p, rows);
   if (with_condition) {
     out.lse_condition.assign(out.lse.size(), 0.0);
@@ -42,8 +51,8 @@ AttentionRows cpu_f64_reference(const Problem& p, const Inputs& in, const RowSet
       bool values_finite = true;
 #pragma omp parallel for schedule(static) reduction(&& : values_finite) if (lk * (d + dv) > kParallelElements)
       for (std::int64_t j = 0; j < lk; ++j) {
-        in.k.read_row(b, hk, j, keys.data() + j * d);
-        in.v.read_row(b, hk, j, values.data() + j * dv);
+        read_key(in.k, b, hk, j, keys.data() + j * d);
+        read_key(in.v, b, hk, j, values.data() + j * dv);
         for (std::int64_t c = 0; c < dv; ++c) values_finite = values_finite && std::isfinite(values[j * dv + c]);
       }
       if (with_condition) {

@@ -6,6 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "flashcheck/oracles/blas.hpp"
@@ -87,6 +90,13 @@ constexpr std::int64_t kBlockRows = 256;
 }  // namespace
 
 AttentionRows cpu_lowp_rows(const Problem& p, const Inputs& in, const RowSet& rows, DType working) {
+  if (const std::string mismatch = page_table_mismatch(p, in.pages); !mismatch.empty())
+    throw std::invalid_argument("cpu_lowp_rows: " + mismatch);
+  // Key j of sequence b in its K/V tensor: (batch entry, position), or (pool page, slot) when paged.
+  const auto key = [&](std::int64_t b, std::int64_t j) {
+    return p.page_size > 0 ? std::pair{std::int64_t{in.pages.page(b, j / p.page_size)}, j % p.page_size}
+                           : std::pair{b, j};
+  };
   AttentionRows out(p, rows);
   const std::int64_t d = p.head_dim, dv = p.head_dim_v;
   const auto scale = static_cast<float>(p.softmax_scale);
@@ -103,10 +113,11 @@ AttentionRows cpu_lowp_rows(const Problem& p, const Inputs& in, const RowSet& ro
       values.resize(static_cast<std::size_t>(lk * dv));
 #pragma omp parallel for schedule(static) if (lk * (d + dv) > kParallelElements)
       for (std::int64_t j = 0; j < lk; ++j) {
+        const auto [entry, position] = key(b, j);
         for (std::int64_t c = 0; c < d; ++c)
-          keys_transposed[c * lk + j] = round_float(working, static_cast<float>(in.k.get(b, hk, j, c)));
+          keys_transposed[c * lk + j] = round_float(working, static_cast<float>(in.k.get(entry, hk, position, c)));
         for (std::int64_t c = 0; c < dv; ++c)
-          values[j * dv + c] = round_float(working, static_cast<float>(in.v.get(b, hk, j, c)));
+          values[j * dv + c] = round_float(working, static_cast<float>(in.v.get(entry, hk, position, c)));
       }
       const std::int64_t tasks = p.group_size() * tasks_per_head;
       const auto work = static_cast<std::int64_t>(slots.size()) * p.group_size() * lk * (d + dv);

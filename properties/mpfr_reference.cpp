@@ -84,6 +84,12 @@ void modify_logit(const Problem& p, std::int64_t h, std::int64_t i, std::int64_t
 }  // namespace
 
 MpfrAttention mpfr_attention(const Problem& p, const Inputs& in) {
+  // Element c of key j of sequence b, through the page table when paged.
+  const auto key_element = [&](const HostTensor& t, std::int64_t b, std::int64_t hk, std::int64_t j, std::int64_t c) {
+    if (p.page_size == 0) return t.get(b, hk, j, c);
+    const std::int64_t per_sequence = static_cast<std::int64_t>(in.pages.entries.size()) / p.batch;
+    return t.get(in.pages.entries[static_cast<std::size_t>(b * per_sequence + j / p.page_size)], hk, j % p.page_size, c);
+  };
   MpfrAttention result{AttentionRows(p, all_rows(p)), {}};
   result.abs_weighted.assign(result.rows.o.size(), 0.0);
   Big scale(p.softmax_scale), product, logit, maximum, weight, sum, numerator, abs_numerator, term;
@@ -100,7 +106,7 @@ MpfrAttention mpfr_attention(const Problem& p, const Inputs& in) {
         for (std::size_t n = 0; n < keys.size(); ++n) {
           mpfr_set_zero(logit.get(), 1);
           for (std::int64_t c = 0; c < p.head_dim; ++c) {
-            Big qc(in.q.get(b, h, i, c)), kc(in.k.get(b, hk, keys[n], c));
+            Big qc(in.q.get(b, h, i, c)), kc(key_element(in.k, b, hk, keys[n], c));
             mpfr_mul(product.get(), qc.get(), kc.get(), MPFR_RNDN);
             mpfr_add(logit.get(), logit.get(), product.get(), MPFR_RNDN);
           }
@@ -120,7 +126,7 @@ MpfrAttention mpfr_attention(const Problem& p, const Inputs& in) {
           mpfr_set_zero(numerator.get(), 1);
           mpfr_set_zero(abs_numerator.get(), 1);
           for (std::size_t n = 0; n < keys.size(); ++n) {
-            const double vc = in.v.get(b, hk, keys[n], c);
+            const double vc = key_element(in.v, b, hk, keys[n], c);
             Big value(vc), magnitude(std::fabs(vc));
             mpfr_mul(term.get(), weights[n].get(), value.get(), MPFR_RNDN);
             mpfr_add(numerator.get(), numerator.get(), term.get(), MPFR_RNDN);

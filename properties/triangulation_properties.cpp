@@ -44,7 +44,7 @@ std::string decade(double x) {
 // of them shows up as O(1e-3) or worse.
 FLASHCHECK_PROP_IF(kokkos_available(), "Kokkos not built: install libtrilinos-kokkos-dev", Triangulation,
                    CpuF64AgreesWithKokkosToOneInATrillion, ()) {
-  const Problem p = *gen_problem({.score_mods = true});
+  const Problem p = *gen_problem({.score_mods = true, .paged = true});
   RC_CLASSIFY(true, to_string(p.mask));
   RC_CLASSIFY(true, to_string(p.values.family));
   const Inputs in = generate_inputs(p);
@@ -71,7 +71,7 @@ FLASHCHECK_PROP_IF(kokkos_available(), "Kokkos not built: install libtrilinos-ko
 // Kokkos or a GPU (docs/kokkos-cuda.md).
 FLASHCHECK_PROP_IF(kokkos_device_available(), "no CUDA Kokkos built in, or no GPU", Triangulation,
                    DeviceKokkosAgreesWithCpuF64ToOneInATrillion, ()) {
-  const Problem p = *gen_problem({.score_mods = true});
+  const Problem p = *gen_problem({.score_mods = true, .paged = true});
   RC_CLASSIFY(true, to_string(p.mask));
   const Inputs in = generate_inputs(p);
   const RowSet rows = all_rows(p);
@@ -186,11 +186,13 @@ FLASHCHECK_PROP_IF(mpfr_available(), "MPFR not built: install libmpfr-dev", Tria
   limits.max_head_dim = 32;
   limits.allow_special_values = false;
   limits.score_mods = true;
+  limits.paged = true;
   Problem p = *gen_problem(limits);
   RC_CLASSIFY(true, to_string(p.mask));
+  RC_CLASSIFY(p.page_size > 0, "paged");
   const Inputs in = generate_inputs(p);
-  const MpfrAttention exact = mpfr_attention(p, in);
-  const Bound bound = derived_bound(p, in, exact);
+  const MpfrAttention exact = mpfr_attention(p, in);  // through the page table, as the oracles read
+  const Bound bound = derived_bound(p, logical_inputs(p, in), exact);
   check_against_mpfr(p, cpu_f64_reference(p, in, all_rows(p)), exact, bound, "cpu_f64");
   if (kokkos_available())
     check_against_mpfr(p, kokkos_reference(p, in, all_rows(p), Accumulation::f64), exact, bound, "kokkos_f64");

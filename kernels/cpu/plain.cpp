@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace flashcheck {
@@ -88,6 +90,17 @@ RunResult CpuPlain::run(const Problem& p, const Inputs& in) {
   const bool truncate_bf16 = flaw_ == PlainFlaw::bf16_truncating_epilogue && p.dtype == DType::bf16;
   std::vector<float> logits(static_cast<std::size_t>(p.seqlen_kv));
   std::vector<float> accumulator(static_cast<std::size_t>(p.head_dim_v));
+  // Where key j of sequence b lives: (b, j), or a pool page and slot through the table.
+  const PageTable& table = in.pages;
+  if (const std::string mismatch = page_table_mismatch(p, table); !mismatch.empty())
+    return RunResult{Status::error, "cpu-plain: " + mismatch, {}};
+  const auto at = [&](std::int64_t b, std::int64_t j) -> std::pair<std::int64_t, std::int64_t> {
+    if (p.page_size == 0) return {b, j};
+    const std::int64_t n = j / p.page_size;
+    if (flaw_ == PlainFlaw::page_table_ignored) return {(b * table.per_sequence + n) % table.pages, j % p.page_size};
+    if (flaw_ == PlainFlaw::page_off_by_one && j % p.page_size == 0 && n > 0) return {table.page(b, n - 1), 0};
+    return {table.page(b, n), j % p.page_size};
+  };
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t h = 0; h < p.heads_q; ++h)
       for (std::int64_t i = 0; i < p.len_q(b); ++i) {
@@ -98,8 +111,9 @@ RunResult CpuPlain::run(const Problem& p, const Inputs& in) {
         for (std::int64_t j = 0; j < lk; ++j) {
           if (!sees(p, i, j, lq, lk)) continue;
           float dot = 0;
+          const auto [entry, slot] = at(b, j);
           for (std::int64_t c = 0; c < p.head_dim; ++c)
-            dot += static_cast<float>(in.q.get(b, h, i, c)) * static_cast<float>(in.k.get(b, hk, j, c));
+            dot += static_cast<float>(in.q.get(b, h, i, c)) * static_cast<float>(in.k.get(entry, hk, slot, c));
           logits[j] = modify(dot * logit_scale, i, j);
           // NaN-propagating maximum, as the plain formula.
           maximum = std::isnan(logits[j]) || std::isnan(maximum) ? std::numeric_limits<float>::quiet_NaN()
@@ -119,8 +133,9 @@ RunResult CpuPlain::run(const Problem& p, const Inputs& in) {
           if (!sees(p, i, j, lq, lk)) continue;  // masked keys are absent
           const float weight = std::exp(logits[j] - shift);
           sum += weight;
+          const auto [entry, slot] = at(b, j);
           for (std::int64_t c = 0; c < p.head_dim_v; ++c)
-            accumulator[c] += weight * static_cast<float>(in.v.get(b, hk, j, c));
+            accumulator[c] += weight * static_cast<float>(in.v.get(entry, hk, slot, c));
         }
         for (std::int64_t c = 0; c < p.head_dim_v; ++c) {
           const float value = accumulator[c] / sum;

@@ -42,6 +42,10 @@ constexpr PlainMutant kPlainMutants[] = {
      "cpu-plain capping the unscaled logit, C tanh(q.k / C), and scaling it afterwards"},
     {PlainFlaw::alibi_top_left, "mutant-cpu-alibi-top-left",
      "cpu-plain with ALiBi's bias top-left aligned, -slope |i - j|, where the convention is bottom-right"},
+    {PlainFlaw::page_table_ignored, "mutant-cpu-page-table-ignored",
+     "cpu-plain reading a paged K/V pool as if its pages were in sequence order (the page table ignored)"},
+    {PlainFlaw::page_off_by_one, "mutant-cpu-page-off-by-one",
+     "cpu-plain reading the first key of each page from the previous table entry's page"},
 };
 
 struct Registrations {

@@ -148,6 +148,33 @@ struct RoundToWorking {
   }
 };
 
+// Gathers a paged pool ([pages, heads, page_size, dim], bhsd or bshd) into
+// `out` [batch][heads][seqlen_kv][dim] through the page table [batch,
+// per_sequence]: key s of sequence b is slot s % page_size of pool page
+// table(b, s / page_size).
+template <class Space, class Acc>
+struct GatherPages {
+  ka::DeviceArray<Acc, 4> out;
+  ka::DeviceArray<const std::uint16_t, 1> half_bits;
+  ka::DeviceArray<const float, 1> single;
+  ka::DeviceArray<const std::int32_t, 1> table;
+  ka::StorageCode code;
+  bool bshd;
+  std::int64_t page_size, per_sequence;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t index) const {
+    const std::int64_t dim = out.extent(3), keys = out.extent(2), heads = out.extent(1);
+    const std::int64_t c = index % dim, s = index / dim % keys, h = index / (dim * keys) % heads,
+                       b = index / (dim * keys * heads);
+    const std::int64_t page = table(b * per_sequence + s / page_size), slot = s % page_size;
+    const std::int64_t at = bshd ? ((page * page_size + slot) * heads + h) * dim + c
+                                 : ((page * heads + h) * page_size + slot) * dim + c;
+    const double value = code == ka::StorageCode::f32 ? static_cast<double>(single(at))
+                                                      : ka::decode_half(code, half_bits(at));
+    out(b, h, s, c) = static_cast<Acc>(value);
+  }
+};
+
 // A host tensor's storage in the space's memory, decoded to Acc. The raw copy
 // lives until the decoding kernel is done (the space is fenced before return).
 template <class Space, class Acc>
@@ -178,16 +205,69 @@ Kokkos::View<Acc****, Kokkos::LayoutRight, Space> stage(const HostTensor& tensor
   return out;
 }
 
+// A paged pool's keys in the space's memory, read through the page table and
+// decoded to Acc: [batch][heads][seqlen_kv][dim], as stage gives a contiguous
+// K or V (the keys past a sequence's length are whatever its last page's
+// slots or spare page hold: the kernels never read them).
+template <class Space, class Acc>
+Kokkos::View<Acc****, Kokkos::LayoutRight, Space> stage_paged(const HostTensor& pool, const PageTable& table,
+                                                              const char* label, std::int64_t batch,
+                                                              std::int64_t seqlen_kv) {
+  Kokkos::View<Acc****, Kokkos::LayoutRight, Space> out(std::string(label), extent(batch), extent(pool.heads()),
+                                                        extent(seqlen_kv), extent(pool.dim()));
+  Kokkos::View<std::int32_t*, Space> entries("page_table", table.entries.size());
+  Kokkos::deep_copy(entries, Kokkos::View<const std::int32_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                 table.entries.data(), table.entries.size()));
+  GatherPages<Space, Acc> gather{ka::device_array<Acc>(out), {}, {}, ka::device_array<const std::int32_t>(entries),
+                                 storage_code(pool.dtype()), pool.layout() == Layout::bshd, table.page_size,
+                                 table.per_sequence};
+  const auto elements = static_cast<std::size_t>(pool.size());
+  Kokkos::View<float*, Space> raw_single;
+  Kokkos::View<std::uint16_t*, Space> raw_half;
+  if (pool.dtype() == DType::f32) {
+    raw_single = Kokkos::View<float*, Space>("raw", elements);
+    Kokkos::deep_copy(raw_single, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                      static_cast<const float*>(pool.data()), elements));
+    gather.single = ka::device_array<const float>(raw_single);
+  } else {
+    raw_half = Kokkos::View<std::uint16_t*, Space>("raw", elements);
+    Kokkos::deep_copy(raw_half, Kokkos::View<const std::uint16_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                    static_cast<const std::uint16_t*>(pool.data()), elements));
+    gather.half_bits = ka::device_array<const std::uint16_t>(raw_half);
+  }
+  Kokkos::parallel_for("flashcheck::kokkos::gather_pages", Kokkos::RangePolicy<Space>(0, out.size()), gather);
+  Space().fence();
+  return out;
+}
+
+// A K or V input staged as stage gives it, through the page table when the problem is paged.
+template <class Space, class Acc>
+Kokkos::View<Acc****, Kokkos::LayoutRight, Space> stage_keys(const Problem& p, const Inputs& in, const HostTensor& tensor,
+                                                             const char* label) {
+  if (p.page_size > 0) {
+    if (in.pages.page_size != p.page_size || in.pages.entries.size() != static_cast<std::size_t>(p.batch * in.pages.per_sequence))
+      throw std::invalid_argument("Kokkos reference: the inputs' page table does not fit the problem");
+    return stage_paged<Space, Acc>(tensor, in.pages, label, p.batch, p.seqlen_kv);
+  }
+  return stage<Space, Acc>(tensor, label, {}, p.seqlen_kv);
+}
+
+// A staged f32 view rounded to the working dtype in place.
+template <class Space>
+Kokkos::View<float****, Kokkos::LayoutRight, Space> round_staged(Kokkos::View<float****, Kokkos::LayoutRight, Space> staged,
+                                                                 ka::StorageCode working) {
+  Kokkos::parallel_for("flashcheck::kokkos::round_inputs", Kokkos::RangePolicy<Space>(0, staged.size()),
+                       RoundToWorking<Space>{ka::device_array<float>(staged), working});
+  return staged;
+}
+
 // A host tensor staged in f32 (exact) and rounded to the working dtype where
 // it is narrower: the same-precision baselines' inputs.
 template <class Space>
 Kokkos::View<float****, Kokkos::LayoutRight, Space> stage_rounded(const HostTensor& tensor, const char* label,
                                                                   Kokkos::View<const std::int64_t*, Space> position,
                                                                   std::int64_t rows, ka::StorageCode working) {
-  auto staged = stage<Space, float>(tensor, label, position, rows);
-  Kokkos::parallel_for("flashcheck::kokkos::round_inputs", Kokkos::RangePolicy<Space>(0, staged.size()),
-                       RoundToWorking<Space>{ka::device_array<float>(staged), working});
-  return staged;
+  return round_staged<Space>(stage<Space, float>(tensor, label, position, rows), working);
 }
 
 // The compared rows' positions and the per-sequence lengths, in the space's memory.

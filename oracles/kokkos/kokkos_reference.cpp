@@ -36,8 +36,8 @@ AttentionRows online_softmax(const Problem& p, const Inputs& in, const RowSet& r
   // DeviceArrays of them (kokkos_attention.hpp says why).
   auto kernel = make_kernel<Space, Acc>(p, nrows, tiling);
   const auto q = stage<Space, Acc>(in.q, "q", position, nrows);
-  const auto k = stage<Space, Acc>(in.k, "k", {}, p.seqlen_kv);
-  const auto v = stage<Space, Acc>(in.v, "v", {}, p.seqlen_kv);
+  const auto k = stage_keys<Space, Acc>(p, in, in.k, "k");
+  const auto v = stage_keys<Space, Acc>(p, in, in.v, "v");
   kernel.q = ka::device_array<const Acc>(q);
   kernel.k = ka::device_array<const Acc>(k);
   kernel.v = ka::device_array<const Acc>(v);
@@ -122,8 +122,8 @@ AttentionRows plain_rounded(const Problem& p, const Inputs& in, const RowSet& ro
   kernel.not_a_number = std::numeric_limits<float>::quiet_NaN();
   // Inputs in f32 (exact), rounded to the working dtype when it is narrower.
   const auto q = stage_rounded<Space>(in.q, "q", position, nrows, kernel.working);
-  const auto k = stage_rounded<Space>(in.k, "k", {}, p.seqlen_kv, kernel.working);
-  const auto v = stage_rounded<Space>(in.v, "v", {}, p.seqlen_kv, kernel.working);
+  const auto k = round_staged<Space>(stage_keys<Space, float>(p, in, in.k, "k"), kernel.working);
+  const auto v = round_staged<Space>(stage_keys<Space, float>(p, in, in.v, "v"), kernel.working);
   // The Views own the memory until the end of this function; the kernel gets
   // DeviceArrays of them (kokkos_attention.hpp says why).
   kernel.q = ka::device_array<const float>(q);

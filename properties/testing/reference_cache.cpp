@@ -61,7 +61,8 @@ struct ReferenceCache::State {
     const auto [first, last] = index.equal_range(hash);
     for (auto it = first; it != last; ++it) {
       Entry& entry = *it->second;
-      if (entry.line == line && entry.inputs.q == inputs.q && entry.inputs.k == inputs.k && entry.inputs.v == inputs.v) {
+      if (entry.line == line && entry.inputs.q == inputs.q && entry.inputs.k == inputs.k && entry.inputs.v == inputs.v &&
+          entry.inputs.pages == inputs.pages) {
         entries.splice(entries.begin(), entries, it->second);
         return &entries.front();
       }
@@ -116,6 +117,7 @@ std::uint64_t key_hash(const std::string& line, const Inputs& inputs) {
   Hasher hash;
   hash.add(line.data(), line.size());
   for (const HostTensor* t : {&inputs.q, &inputs.k, &inputs.v}) add_tensor(hash, *t);
+  hash.add(inputs.pages.entries.data(), inputs.pages.entries.size() * sizeof(std::int32_t));
   return hash.value;
 }
 

@@ -27,7 +27,7 @@ std::string shift_class(double logits) {
 
 void agrees_with_oracle(Subject& subject) {
   Testbed bed(subject);
-  const Problem p = bed.draw(bed.problems({.softcap = true, .alibi = true}));
+  const Problem p = bed.draw(bed.problems({.softcap = true, .alibi = true, .paged = true}));
   RC_TAG("values=" + std::string(to_string(p.values.family)));
   bed.initialize(p);  // within k x baseline + floor of the f64 oracle
   // No vacuous pass: inputs the problem says are non-zero are, and so is the
@@ -304,7 +304,7 @@ void unsupported_is_refused(Subject& subject) {
 
 void deterministic(Subject& subject) {
   Testbed bed(subject);
-  const Problem p = bed.draw(bed.problems({.softcap = true, .alibi = true}));
+  const Problem p = bed.draw(bed.problems({.softcap = true, .alibi = true, .paged = true}));
   const Inputs in = generate_inputs(p);
   const Outputs first = bed.call(p, in), second = bed.call(p, in);
   // Every bit of O (padding and NaN payloads included) and of LSE.
@@ -436,6 +436,36 @@ void alibi_equals_explicit_bias(Subject& subject) {
   bed.verify("ALiBi == an explicit bias column", p, got, bed.reference(), bed.bound() + rounding, {&p, &e});
 }
 
+bool has_paged_kv(const Capabilities& caps) { return caps.min_page_size > 0; }
+
+// Page-table invariance. A paged subject reads key j of sequence b through the
+// table, so where the pages lie in the pool is not its business: the same
+// logical K and V under another table (shuffled anew, no page shared) give the
+// same bits of O and LSE, and the contiguous problem (where the domain takes
+// it) the same values within the rule. The drawn case is judged first (its
+// table shuffled, with spare pages holding NaN and shared prefix pages).
+void page_table_invariance(Subject& subject) {
+  Testbed bed(subject);
+  const Problem p = bed.draw(bed.problems({.softcap = true, .alibi = true, .paged = true}),
+                             [](const Problem& q) { return q.page_size > 0; });
+  bed.initialize(p);
+  const Inputs logical = logical_inputs(p, bed.inputs());
+  const PageTable other = shuffled_page_table(p, *rc::gen::arbitrary<std::uint64_t>());
+  RC_TAG(other == bed.inputs().pages ? "tables=same" : "tables=differ");
+  const Outputs drawn = bed.call(p, bed.inputs()), moved = bed.call(p, paged_inputs(p, logical, other));
+  const auto same_bits = [](const std::vector<float>& x, const std::vector<float>& y) {
+    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+  };
+  if (!(drawn.o == moved.o) || !same_bits(drawn.lse, moved.lse))
+    RC_FAIL(fmt::format("the same keys under another page table gave other {} bits\n  problem: '{}'\n  replay: {}",
+                        drawn.o == moved.o ? "LSE" : "O", to_line(p), replay_command(subject.name(), p)));
+  Problem contiguous = p;
+  contiguous.page_size = 0;
+  if (unsupported_reason(bed.capabilities(), contiguous)) return;
+  bed.verify("paged == contiguous", contiguous, bed.run(contiguous, logical), bed.reference(), bed.bound(),
+             {&p, &contiguous});
+}
+
 bool always(const Capabilities&) { return true; }
 bool has_unmasked(const Capabilities& caps) { return caps.masks.contains(MaskKind::none); }
 
@@ -476,6 +506,8 @@ const std::vector<SubjectProperty>& subject_properties() {
        softcap_to_infinity_is_none},
       {"AlibiEqualsAnExplicitBias", "ALiBi on causal rows equals the bias slope_h j as a (d+1)-th column of Q K^T",
        has_alibi_in_f32_mha_causal, alibi_equals_explicit_bias},
+      {"PageTableInvariance", "the same K/V under another page table gives the same bits, and contiguous the same values",
+       has_paged_kv, page_table_invariance},
   };
   forward.insert(forward.end(), backward_properties().begin(), backward_properties().end());
   return forward;

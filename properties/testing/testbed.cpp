@@ -85,7 +85,8 @@ bool Testbed::inputs_nonzero() const {
   const Problem& p = base_.problem;
   const auto queries = [&](std::int64_t b) { return p.len_q(b); };
   const auto keys = [&](std::int64_t b) { return p.len_kv(b); };
-  for (const ValidNorm& norm : {valid_norm(inputs_.q, queries), valid_norm(inputs_.k, keys), valid_norm(inputs_.v, keys)})
+  const Inputs logical = logical_inputs(p, inputs_);  // a paged pool's keys through its table
+  for (const ValidNorm& norm : {valid_norm(logical.q, queries), valid_norm(logical.k, keys), valid_norm(logical.v, keys)})
     if (norm.any && !norm.nonzero()) return false;
   return true;
 }

@@ -221,7 +221,7 @@ TEST(Generators, CoverageLabelsNameOneClassPerDimension) {
   const auto labels = coverage_labels(p, kMmaLikeCapabilities);
   const std::vector<std::string> want = {"dtype=bf16", "mask=causal_br", "gqa=4", "len_q=tile+1", "len_kv=0",
                                          "padded=no", "values=normal", "scale=default", "vacuous=yes", "pass=fwd",
-                                         "mods=none"};
+                                         "mods=none", "page=none"};
   EXPECT_EQ(labels, want);
   p.heads_kv = 1;
   p.seqlen_kv = 131072;
@@ -233,6 +233,37 @@ TEST(Generators, CoverageLabelsNameOneClassPerDimension) {
   EXPECT_EQ(coverage_labels(p, kMmaLikeCapabilities)[10], "mods=softcap");
   p.alibi = true;
   EXPECT_EQ(coverage_labels(p, kMmaLikeCapabilities)[10], "mods=softcap+alibi");
+  p.page_size = 7;
+  EXPECT_EQ(coverage_labels(p, kMmaLikeCapabilities)[11], "page=<16");
+  p.page_size = 16;
+  EXPECT_EQ(coverage_labels(p, kMmaLikeCapabilities)[11], "page=16+");
+}
+
+// A paged K/V cache is drawn where the domain takes one and the limits ask
+// (about 1 forward draw of 3, in the domain's page sizes), never elsewhere,
+// and never in a backward problem.
+TEST(Generators, PagesAreDrawnOnlyWhereDeclaredAndAsked) {
+  const auto count = [](const Capabilities& caps, const DomainLimits& limits) {
+    int paged = 0;
+    for (const Problem& p : draw(gen_problem_in(caps, limits), 300).problems) {
+      paged += p.page_size > 0;
+      if (p.page_size > 0) {
+        EXPECT_EQ(p.pass, Pass::fwd);
+        EXPECT_GE(p.page_size, caps.min_page_size);
+        EXPECT_EQ(p.page_size % caps.page_size_multiple, 0);
+      }
+    }
+    return paged;
+  };
+  const int asked = count(kCpuPlainCapabilities, {.backward_share = 0.3, .paged = true});
+  EXPECT_GT(asked, 300 / 8);
+  EXPECT_LT(asked, 300 / 2);
+  Capabilities sixteen = kCpuPlainCapabilities;
+  sixteen.min_page_size = 16;
+  sixteen.page_size_multiple = 16;
+  EXPECT_GT(count(sixteen, {.paged = true}), 300 / 8);
+  EXPECT_EQ(count(kCpuPlainCapabilities, {}), 0);
+  EXPECT_EQ(count(kMmaLikeCapabilities, {.paged = true}), 0);
 }
 
 // The score modifications are drawn where the domain declares them and the

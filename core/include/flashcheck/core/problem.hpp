@@ -97,6 +97,14 @@ struct Problem {
   /// and subject computes them with its own code.
   double softcap = 0;
   bool alibi = false;
+  /// page=P (P >= 1; 0: contiguous K/V): K and V live in a paged pool of
+  /// P-key pages, as serving stacks keep their KV caches, and a page table
+  /// maps each sequence's n-th page to a pool page (Inputs::pages,
+  /// paging.hpp): key j of sequence b is slot j % P of pool page
+  /// table[b][j / P]. The table is drawn from the geometry seed, shuffled,
+  /// with spare pages and with prefix pages shared between sequences. The
+  /// forward only: a backward problem (pass=bwd) takes contiguous K/V.
+  std::int64_t page_size = 0;
   ValueDist values;
   Pass pass = Pass::fwd;
   /// dO's values (pass=bwd only): the families of `values`, drawn as V's are

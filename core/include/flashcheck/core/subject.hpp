@@ -56,6 +56,10 @@ struct Capabilities {
   bool varlen = false;  // per-sequence lengths
   bool softcap = false;  // Problem::softcap (in every pass the subject runs)
   bool alibi = false;    // Problem::alibi (in every pass the subject runs)
+  /// Paged K/V (Problem::page_size, the forward only): the smallest page
+  /// size taken and the multiple page sizes must be (0: contiguous K/V only).
+  std::int64_t min_page_size = 0;
+  std::int64_t page_size_multiple = 1;
   bool lse = false;     // writes LSE
   std::int64_t seqlen_q_multiple = 1;
   std::int64_t seqlen_kv_multiple = 1;

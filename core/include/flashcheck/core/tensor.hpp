@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "flashcheck/core/dtype.hpp"
+#include "flashcheck/core/paging.hpp"
 #include "flashcheck/core/problem.hpp"
 
 namespace flashcheck {
@@ -70,9 +71,14 @@ class HostTensor {
 /// The largest |x| over a tensor's finite elements (0 when it has none).
 double max_abs_finite(const HostTensor& tensor);
 
-/// The inputs of one call.
+/// The inputs of one call. With a paged problem (Problem::page_size > 0), k
+/// and v are the pools, [pages.pages, heads_kv, page_size, dim] in the
+/// problem's layout, and `pages` maps each sequence's keys into them
+/// (paging.hpp; values.hpp's paged_inputs and logical_inputs convert); a
+/// contiguous problem's table is empty.
 struct Inputs {
   HostTensor q, k, v;
+  PageTable pages;
 };
 
 /// What a subject returns: O in the problem's dtype and layout, and LSE

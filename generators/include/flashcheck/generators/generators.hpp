@@ -28,6 +28,7 @@ struct ProblemLimits {
   bool allow_padding = true;
   bool allow_special_values = true;  // NaN/Inf injection
   bool score_mods = false;           // softcap= and alibi=yes, each in 1 draw of 4
+  bool paged = false;                // page=P in 1 draw of 3, P from 1 to past the keys
 };
 
 rc::Gen<Problem> gen_problem(const ProblemLimits& limits);
@@ -82,6 +83,12 @@ struct DomainLimits {
   /// so a key shift does not keep it).
   bool softcap = false;
   bool alibi = false;
+  /// A paged K/V cache (Problem::page_size) in 1 forward draw of 3 where the
+  /// domain takes one (Capabilities::min_page_size): page sizes from 1 to
+  /// 256 keys, the domain's multiples. Off by default: the relations that
+  /// move, split or trim K/V rows build contiguous tensors; the properties
+  /// that hold under any page table turn it on.
+  bool paged = false;
 };
 
 /// dO's value families for backward problems: normal(mean, std) mostly,
@@ -111,7 +118,7 @@ rc::Gen<std::pair<std::int64_t, std::int64_t>> gen_grouped_heads(const Capabilit
 /// dimension rather than one cross product:
 ///   "dtype=bf16", "mask=causal_br", "gqa=1|2|4|8|mqa", "len_q=..", "len_kv=..",
 ///   "padded=yes|no", "values=<family>", "scale=default|other", "vacuous=yes|no", "pass=fwd|bwd",
-///   "mods=none|softcap|alibi|softcap+alibi"
+///   "mods=none|softcap|alibi|softcap+alibi", "page=none|<16|16+"
 /// where a length class is one of 0, 1, tile-1, tile, tile+1, <tile, <4tile,
 /// long (>= 4096) or other (tile taken from the domain's tile_q / tile_kv).
 /// Usage: for (const auto& label : coverage_labels(p, caps)) RC_TAG(label);

@@ -6,7 +6,8 @@
 // output rounded once to the storage dtype. It is the control for the mutants
 // in kernels/mutants/, which are this kernel with one flaw switched on.
 // Domain: everything the vocabulary expresses (f32/f16/bf16, d <= 576,
-// dv <= 512, every mask, GQA/MQA, padded batches, LSE, empty sequences).
+// dv <= 512, every mask, GQA/MQA, padded batches, LSE, empty sequences,
+// softcap, ALiBi, paged K/V of any page size in the forward).
 // Speed: a reference loop, not a kernel to time (about 1 GFLOP/s on one core).
 #pragma once
 
@@ -34,6 +35,9 @@ enum class PlainFlaw {
   // Score-modification flaws (issue 25's bug classes), in both passes:
   softcap_before_scale,      // C tanh(q.k / C) scaled afterwards, not C tanh(scale q.k / C)
   alibi_top_left,            // ALiBi's bias -slope |i - j|, top-left aligned, not bottom-right
+  // Paged K/V flaws (issue 25, FlashInfer #3219's class), forward:
+  page_table_ignored,        // the pool read as if its pages were in sequence order (page b x pages + n)
+  page_off_by_one,           // the first key of each page read from the previous entry's page
 };
 
 inline constexpr Capabilities kCpuPlainCapabilities = {
@@ -46,6 +50,7 @@ inline constexpr Capabilities kCpuPlainCapabilities = {
     .varlen = true,
     .softcap = true,
     .alibi = true,
+    .min_page_size = 1,
     .lse = true,
     .tile_q = 1,
     .tile_kv = 16,
