@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace flashcheck {
@@ -59,10 +60,23 @@ void load_tile(const HostTensor& t, std::int64_t b, std::int64_t h, std::int64_t
   for (std::int64_t r = 0; r < kTile && first + r < valid; ++r) t.read_row(b, h, first + r, tile.data() + r * dim);
 }
 
+// A tile of keys [first, first + kTile) of sequence b and K/V head hk, as
+// load_tile's, each row read from its pool page and slot when K/V are paged.
+void load_key_tile(const HostTensor& t, const PageTable& pages, std::int64_t b, std::int64_t hk, std::int64_t first,
+                   std::int64_t valid, std::vector<float>& tile) {
+  if (!pages.paged()) return load_tile(t, b, hk, first, valid, tile, 0.0f);
+  const std::int64_t dim = t.dim();
+  tile.assign(static_cast<std::size_t>(kTile * dim), 0.0f);
+  for (std::int64_t r = 0; r < kTile && first + r < valid; ++r)
+    t.read_row(pages.page_of(b, first + r), hk, pages.slot_of(first + r), tile.data() + r * dim);
+}
+
 }  // namespace
 
 RunResult CpuFa2Tiles::run(const Problem& p, const Inputs& in) {
   if (auto refusal = refuse_outside(capabilities(), p)) return *refusal;
+  if (const std::string mismatch = page_table_mismatch(p, in.pages); !mismatch.empty())
+    return RunResult{Status::error, "cpu-fa2-tiles: " + mismatch, {}};
   RunResult result;
   result.outputs = make_outputs(p);
   result.outputs.has_lse = true;
@@ -85,8 +99,8 @@ RunResult CpuFa2Tiles::run(const Problem& p, const Inputs& in) {
         std::fill(started.begin(), started.end(), false);
         std::fill(flat.begin(), flat.end(), false);
         for (std::int64_t j0 = 0; j0 < lk; j0 += kTile) {
-          load_tile(in.k, b, hk, j0, lk, k, 0.0f);
-          load_tile(in.v, b, hk, j0, lk, v, 0.0f);
+          load_key_tile(in.k, in.pages, b, hk, j0, lk, k);
+          load_key_tile(in.v, in.pages, b, hk, j0, lk, v);
           for (std::int64_t r = 0; r < kTile; ++r) {
             const std::int64_t i = i0 + r;
             if (i >= lq) break;

@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <set>
 #include <stdexcept>
 
 #include "flashcheck/core/paging.hpp"
 #include "flashcheck/core/values.hpp"
 #include "flashcheck/judge/judge.hpp"
+#include "flashcheck/kernels/cpu/fa2_tiles.hpp"
 #include "flashcheck/kernels/cpu/plain.hpp"
 #include "flashcheck/oracles/cpu_f64.hpp"
 #include "flashcheck/oracles/cpu_lowp.hpp"
@@ -129,9 +131,9 @@ TEST(Paging, ThePoolReadBackThroughTheTableIsTheLogicalKeys) {
   }
 }
 
-// cpu_f64, cpu_lowp, the Kokkos reference and cpu-plain give the paged problem
+// cpu_f64, cpu_lowp, the Kokkos reference, cpu-plain and cpu-fa2-tiles give the paged problem
 // the bits of its contiguous twin (the same arithmetic, read through the table).
-TEST(Paging, EachOracleAndCpuPlainReadThroughTheTable) {
+TEST(Paging, EachOracleAndTheCpuSubjectsReadThroughTheTable) {
   for (const std::uint64_t gseed : {1, 2, 7}) {
     const Problem p = paged_problem(gseed, gseed % 2 ? Layout::bshd : Layout::bhsd);
     const Inputs in = generate_inputs(p);
@@ -147,10 +149,14 @@ TEST(Paging, EachOracleAndCpuPlainReadThroughTheTable) {
       EXPECT_TRUE(same_bits(kokkos_baseline(p, in, rows, DType::bf16).o, kokkos_baseline(flat, logical, rows, DType::bf16).o));
     }
     CpuPlain plain;
-    const RunResult paged_run = plain.run(p, in), flat_run = plain.run(flat, logical);
-    ASSERT_EQ(paged_run.status, Status::ok) << paged_run.message;
-    EXPECT_EQ(paged_run.outputs.o, flat_run.outputs.o);
-    EXPECT_EQ(judge(plain, p).verdict_kind, VerdictKind::pass);
+    CpuFa2Tiles tiles;
+    for (Subject* subject : std::initializer_list<Subject*>{&plain, &tiles}) {
+      const RunResult paged_run = subject->run(p, in), flat_run = subject->run(flat, logical);
+      ASSERT_EQ(paged_run.status, Status::ok) << paged_run.message;
+      EXPECT_EQ(paged_run.outputs.o, flat_run.outputs.o) << subject->name();
+      EXPECT_TRUE(same_bits(paged_run.outputs.lse, flat_run.outputs.lse)) << subject->name();
+      EXPECT_EQ(judge(*subject, p).verdict_kind, VerdictKind::pass) << subject->name();
+    }
   }
 }
 
@@ -161,7 +167,9 @@ TEST(Paging, InputsWithoutTheirTableAreAnErrorNotAContiguousRead) {
   EXPECT_THROW(cpu_f64_reference(p, in, all_rows(p)), std::invalid_argument);
   EXPECT_THROW(cpu_lowp_rows(p, in, all_rows(p), DType::bf16), std::invalid_argument);
   CpuPlain plain;
+  CpuFa2Tiles tiles;
   EXPECT_EQ(plain.run(p, in).status, Status::error);
+  EXPECT_EQ(tiles.run(p, in).status, Status::error);
   EXPECT_THROW(paged_inputs(p, generate_inputs(contiguous(p, generate_inputs(p)).first), PageTable{}), std::invalid_argument);
 }
 

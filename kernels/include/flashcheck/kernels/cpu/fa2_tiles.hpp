@@ -13,7 +13,9 @@
 // Domain: f32/f16/bf16, d <= 256, every mask, GQA, varlen, LSE, softcap and
 // ALiBi (issue 25: the logits modified inside each tile, and dS times the
 // softcap's 1 - tanh^2 in the backward, FlashAttention-2's softcap-with-varlen
-// path), both passes (the backward deterministic: every sum runs in a fixed order).
+// path), both passes (the backward deterministic: every sum runs in a fixed order);
+// a paged K/V cache of any page size in the forward (each key tile's rows read
+// from their pool pages: tiles of 16 keys across pages of other sizes).
 // Speed: a reference loop (about 1 GFLOP/s on one core), not a kernel to time.
 #pragma once
 
@@ -38,6 +40,7 @@ inline constexpr Capabilities kCpuFa2TilesCapabilities = {
     .varlen = true,
     .softcap = true,
     .alibi = true,
+    .min_page_size = 1,
     .lse = true,
     .tile_q = 16,
     .tile_kv = 16,
