@@ -53,6 +53,8 @@ nlohmann::json to_json(const Capabilities& c) {
                       {"head_dim_v_equal", c.head_dim_v_equal},
                       {"gqa", c.gqa},
                       {"varlen", c.varlen},
+                      {"softcap", c.softcap},
+                      {"alibi", c.alibi},
                       {"lse", c.lse},
                       {"seqlen_q_multiple", c.seqlen_q_multiple},
                       {"seqlen_kv_multiple", c.seqlen_kv_multiple},
@@ -117,6 +119,8 @@ Capabilities capabilities_from_json(const nlohmann::json& j, std::string& deviat
     else if (key == "head_dim_v_equal") c.head_dim_v_equal = boolean();
     else if (key == "gqa") c.gqa = boolean();
     else if (key == "varlen") c.varlen = boolean();
+    else if (key == "softcap") c.softcap = boolean();
+    else if (key == "alibi") c.alibi = boolean();
     else if (key == "lse") c.lse = boolean();
     else if (key == "seqlen_q_multiple") c.seqlen_q_multiple = integer(1, 1 << 16);
     else if (key == "seqlen_kv_multiple") c.seqlen_kv_multiple = integer(1, 1 << 16);
@@ -175,7 +179,9 @@ nlohmann::json problem_fields(const Problem& p) {
                       {"mask", std::string(to_string(p.mask))},
                       {"window_left", p.window_left},
                       {"window_right", p.window_right},
-                      {"softmax_scale", p.softmax_scale}};
+                      {"softmax_scale", p.softmax_scale},
+                      {"softcap", p.softcap},
+                      {"alibi", p.alibi}};
   if (p.lens_q.empty()) j["lens_q"] = nullptr;
   if (p.lens_kv.empty()) j["lens_kv"] = nullptr;
   return j;

@@ -57,6 +57,8 @@ CAPS = {
     "layouts": ["bhsd", "bshd"],
     "gqa": True,
     "varlen": False,
+    "softcap": True,
+    "alibi": True,
     "lse": True,
     "max_seqlen_q": 24,
     "max_seqlen_kv": 24,
@@ -82,6 +84,18 @@ def visible(shape, i, j):
     return (left < 0 or j >= centre - left) and (right < 0 or j <= centre + right)
 
 
+def modified(shape, h, i, j, s):
+    """The score s of (query head h, row i, key j) with the problem's softcap
+    and ALiBi, and the softcap's chain factor d s' / d s (1 without)."""
+    chain = 1.0
+    if shape.softcap > 0:
+        t = math.tanh(s / shape.softcap)
+        s, chain = shape.softcap * t, 1.0 - t * t
+    if shape.alibi:
+        s -= shape.alibi_slope(h) * abs(i + shape.seqlen_kv - shape.seqlen_q - j)
+    return s, chain
+
+
 def attention(shape, scale, q, k, v):
     """O [flat, storage order] and LSE [b][h][i], exactly in float64."""
     b_n, hq, hkv = shape.batch, shape.heads_q, shape.heads_kv
@@ -104,7 +118,8 @@ def attention(shape, scale, q, k, v):
                     if not visible(shape, i, j):
                         continue
                     kj = offset(b, hk, j, hkv, skv, d)
-                    scores.append((j, scale * sum(a * c for a, c in zip(qrow, k[kj:kj + d]))))
+                    score, _ = modified(shape, h, i, j, scale * sum(a * c for a, c in zip(qrow, k[kj:kj + d])))
+                    scores.append((j, score))
                 oi = offset(b, h, i, hq, sq, dv)
                 if not scores:
                     lse[(b * hq + h) * sq + i] = -math.inf
@@ -144,11 +159,12 @@ def attention_backward(shape, scale, q, k, v, do, reduce_gqa=True):
             for i in range(sq):
                 qi = offset(b, h, i, hq, sq, d)
                 qrow = q[qi:qi + d]
-                scores = []
+                scores, chains = [], {}
                 for j in range(skv):
                     if visible(shape, i, j):
                         kj = offset(b, hk, j, hkv, skv, d)
-                        scores.append((j, scale * sum(a * c for a, c in zip(qrow, k[kj:kj + d]))))
+                        score, chains[j] = modified(shape, h, i, j, scale * sum(a * c for a, c in zip(qrow, k[kj:kj + d])))
+                        scores.append((j, score))
                 if not scores:  # a row that sees no key: zero gradients, nothing into dK and dV
                     continue
                 top = max(s for _, s in scores)
@@ -162,7 +178,7 @@ def attention_backward(shape, scale, q, k, v, do, reduce_gqa=True):
                     dprobs[j] = sum(g * x for g, x in zip(dorow, v[vj:vj + dv]))
                 delta = sum(p * dprobs[j] for j, p in probs)
                 for j, p in probs:
-                    dscore = p * (dprobs[j] - delta)
+                    dscore = p * (dprobs[j] - delta) * chains[j]  # through the softcap's tanh
                     kj = offset(b, hk, j, hkv, skv, d)
                     for c in range(d):
                         dq[qi + c] += scale * dscore * k[kj + c]

@@ -308,3 +308,21 @@ def test_a_worker_process_keeps_stdout_for_replies(tmp_path, without_numpy):
     assert replies[1]["status"] == "ok", replies[1]
     assert "a stray print from the kernel's code" in done.stderr and "a stray write to fd 1" in done.stderr
     assert npy.decode(npy.read(request["outputs"]["o"])) == [float(x) for x in range(1, 13)]
+
+
+def test_the_score_modifications_arrive_in_the_shape_and_default_to_none():
+    # A sender without the fields (before softcap and ALiBi): none of either.
+    plain = fw.Shape.from_json(shape())
+    assert plain.softcap == 0.0 and plain.alibi is False
+    modified = fw.Shape.from_json(shape(softcap=30.0, alibi=True))
+    assert modified.softcap == 30.0 and modified.alibi is True
+    with pytest.raises(ValueError, match="lacks softmax_scale"):
+        fw.Shape.from_json({k: v for k, v in shape().items() if k != "softmax_scale"})
+
+
+def test_alibi_slopes_are_the_standard_ones():
+    # Press et al.: 8 heads give 2^-1 ... 2^-8; 12 heads interleave 2^-0.5, 2^-1.5, ... after the first 8.
+    eight = fw.Shape.from_json(shape(heads_q=8, heads_kv=8))
+    assert [eight.alibi_slope(h) for h in range(8)] == [2.0 ** -(h + 1) for h in range(8)]
+    twelve = fw.Shape.from_json(shape(heads_q=12, heads_kv=12))
+    assert [twelve.alibi_slope(h) for h in range(8, 12)] == [2.0 ** -0.5, 2.0 ** -1.5, 2.0 ** -2.5, 2.0 ** -3.5]

@@ -41,7 +41,7 @@ BACKWARD_KEYS = frozenset({"backward", "backward_deterministic"})
 #: The capability keys flashcheck knows (core/subject.hpp's Capabilities).
 CAPABILITY_KEYS = frozenset({
     "dtypes", "masks", "layouts", "head_dims", "min_head_dim", "max_head_dim", "max_head_dim_v",
-    "head_dim_v_equal", "gqa", "varlen", "lse", "seqlen_q_multiple", "seqlen_kv_multiple", "max_seqlen_q",
+    "head_dim_v_equal", "gqa", "varlen", "softcap", "alibi", "lse", "seqlen_q_multiple", "seqlen_kv_multiple", "max_seqlen_q",
     "max_seqlen_kv", "empty_sequences", "nonfinite_inputs", "may_flush_subnormals", "tile_q", "tile_kv",
     "needs_gpu", "min_compute_capability", "compute_dtype", "known_deviations",
 }) | BACKWARD_KEYS
@@ -81,14 +81,28 @@ class Shape:
     window_left: int
     window_right: int
     softmax_scale: float
+    #: The score modifications (core/problem.hpp): s <- softcap tanh(s / softcap)
+    #: after the scale (0: none), then s <- s - slope_h |i + (Lk - Lq) - j| with
+    #: alibi (the standard slopes of heads_q heads). Sent only to a worker that
+    #: declares them (capabilities "softcap", "alibi"); absent from older senders.
+    softcap: float = 0.0
+    alibi: bool = False
 
     @classmethod
     def from_json(cls, fields: Mapping[str, Any]) -> "Shape":
         names = cls.__dataclass_fields__.keys()
-        missing = [name for name in names if name not in fields]
+        optional = {"softcap", "alibi"}
+        missing = [name for name in names if name not in fields and name not in optional]
         if missing:
             raise ValueError(f"the request's shape lacks {', '.join(missing)}")
-        return cls(**{name: fields[name] for name in names})
+        return cls(**{name: fields[name] for name in names if name in fields})
+
+    def alibi_slope(self, h: int) -> float:
+        """The standard ALiBi slope of query head h of heads_q (Press et al.)."""
+        m = 1
+        while m * 2 <= self.heads_q:
+            m *= 2
+        return 2.0 ** (-8.0 * (h + 1) / m) if h < m else 2.0 ** (-4.0 * (2 * (h - m) + 1) / m)
 
     def storage(self, heads: int, seqlen: int, dim: int) -> Tuple[int, int, int, int]:
         """A [B, H, S, D] tensor's shape in storage order: bhsd, or [B, S, H, D] for bshd."""
