@@ -55,6 +55,8 @@ nlohmann::json to_json(const Capabilities& c) {
                       {"varlen", c.varlen},
                       {"softcap", c.softcap},
                       {"alibi", c.alibi},
+                      {"min_page_size", c.min_page_size},
+                      {"page_size_multiple", c.page_size_multiple},
                       {"lse", c.lse},
                       {"seqlen_q_multiple", c.seqlen_q_multiple},
                       {"seqlen_kv_multiple", c.seqlen_kv_multiple},
@@ -121,6 +123,8 @@ Capabilities capabilities_from_json(const nlohmann::json& j, std::string& deviat
     else if (key == "varlen") c.varlen = boolean();
     else if (key == "softcap") c.softcap = boolean();
     else if (key == "alibi") c.alibi = boolean();
+    else if (key == "min_page_size") c.min_page_size = integer(0, 1 << 20);
+    else if (key == "page_size_multiple") c.page_size_multiple = integer(1, 1 << 20);
     else if (key == "lse") c.lse = boolean();
     else if (key == "seqlen_q_multiple") c.seqlen_q_multiple = integer(1, 1 << 16);
     else if (key == "seqlen_kv_multiple") c.seqlen_kv_multiple = integer(1, 1 << 16);
@@ -181,7 +185,8 @@ nlohmann::json problem_fields(const Problem& p) {
                       {"window_right", p.window_right},
                       {"softmax_scale", p.softmax_scale},
                       {"softcap", p.softcap},
-                      {"alibi", p.alibi}};
+                      {"alibi", p.alibi},
+                      {"page_size", p.page_size}};
   if (p.lens_q.empty()) j["lens_q"] = nullptr;
   if (p.lens_kv.empty()) j["lens_kv"] = nullptr;
   return j;

@@ -91,6 +91,14 @@ nlohmann::json make_request(const Problem& p, const Inputs& in, const fs::path& 
   add_input(request, dir, "q", in.q);
   add_input(request, dir, "k", in.k);
   add_input(request, dir, "v", in.v);
+  if (in.pages.paged()) {  // K and V are the pools; the table maps each sequence's pages into them
+    request["shape"]["pages"] = in.pages.pages;
+    request["shape"]["pages_per_sequence"] = in.pages.per_sequence;
+    const fs::path table = dir / "page_table.npy";
+    write_npy(table, "<i4", {p.batch, in.pages.per_sequence}, in.pages.entries.data(),
+              in.pages.entries.size() * sizeof(std::int32_t));
+    request["inputs"]["page_table"] = table.string();
+  }
   if (p.pass == Pass::fwd) {
     request["outputs"] = {{"o", (dir / "o.npy").string()}, {"lse", (dir / "lse.npy").string()}};
   } else {

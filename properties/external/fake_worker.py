@@ -31,6 +31,7 @@ MODE (default good):
   huge-output   writes o.npy as a sparse 4 GiB array with a header that matches its size, on case N
   setsid-child  starts a grandchild that calls setsid and sleeps for an hour, on case N, then answers
   protocol1     answers the handshake as a version-1 worker would (no backward: the forward only)
+  page-table-ignored  reads a paged K/V pool as if its pages were in sequence order (FlashInfer #3219's class)
 Backward cases (protocol 2) go through the same modes, and through these:
   wrong-dk      dK and dV not summed over the query heads of a GQA group: only each group's first
                 head counts (a backward bug class of issue 22)
@@ -59,6 +60,7 @@ CAPS = {
     "varlen": False,
     "softcap": True,
     "alibi": True,
+    "min_page_size": 1,
     "lse": True,
     "max_seqlen_q": 24,
     "max_seqlen_kv": 24,
@@ -96,14 +98,23 @@ def modified(shape, h, i, j, s):
     return s, chain
 
 
-def attention(shape, scale, q, k, v):
-    """O [flat, storage order] and LSE [b][h][i], exactly in float64."""
+def attention(shape, scale, q, k, v, table=None, ignore_table=False):
+    """O [flat, storage order] and LSE [b][h][i], exactly in float64; K and V
+    read through the page table when the problem is paged."""
     b_n, hq, hkv = shape.batch, shape.heads_q, shape.heads_kv
     sq, skv, d, dv = shape.seqlen_q, shape.seqlen_kv, shape.head_dim, shape.head_dim_v
     bshd = shape.layout == "bshd"
 
     def offset(b, h, s, heads, seq, dim):
         return (((b * seq + s) * heads + h) if bshd else ((b * heads + h) * seq + s)) * dim
+
+    def key_offset(b, h, j, dim):
+        if shape.page_size:
+            page, slot = shape.key_slot(table, b, j)
+            if ignore_table:  # the pool read as if its pages were in sequence order
+                page = (b * shape.pages_per_sequence + j // shape.page_size) % shape.pages
+            return offset(page, h, slot, hkv, shape.page_size, dim)
+        return offset(b, h, j, hkv, skv, dim)
 
     o = [0.0] * (b_n * hq * sq * dv)
     lse = [0.0] * (b_n * hq * sq)
@@ -117,7 +128,7 @@ def attention(shape, scale, q, k, v):
                 for j in range(skv):
                     if not visible(shape, i, j):
                         continue
-                    kj = offset(b, hk, j, hkv, skv, d)
+                    kj = key_offset(b, hk, j, d)
                     score, _ = modified(shape, h, i, j, scale * sum(a * c for a, c in zip(qrow, k[kj:kj + d])))
                     scores.append((j, score))
                 oi = offset(b, h, i, hq, sq, dv)
@@ -131,7 +142,7 @@ def attention(shape, scale, q, k, v):
                 total = sum(w for _, w in weights)
                 lse[(b * hq + h) * sq + i] = top + math.log(total)
                 for c in range(dv):
-                    o[oi + c] = sum(w * v[offset(b, hk, j, hkv, skv, dv) + c] for j, w in weights) / total
+                    o[oi + c] = sum(w * v[key_offset(b, hk, j, dv) + c] for j, w in weights) / total
     return o, lse
 
 
@@ -284,7 +295,8 @@ def main():
         scale = shape.softmax_scale * (1.02 if mode == "wrong-scale" else 1.0)
         if request.backward:
             return backward(request, scale, start)
-        o, lse = attention(shape, scale, request.read("q"), request.read("k"), request.read("v"))
+        o, lse = attention(shape, scale, request.read("q"), request.read("k"), request.read("v"),
+                           request.read("page_table") if shape.page_size else None, mode == "page-table-ignored")
         elapsed = (time.perf_counter() - start) * 1e3
         if request.timing:
             return Result(times_ms=[elapsed] * request.timing.repeats)

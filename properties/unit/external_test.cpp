@@ -118,7 +118,9 @@ TEST(CapabilitiesJson, RoundTripsAndNamesBadKeys) {
   c.dtypes = {DType::f16, DType::bf16};
   c.masks = {MaskKind::none, MaskKind::window};
   c.head_dims = {64, 128};
-  c.gqa = c.lse = c.needs_gpu = true;
+  c.gqa = c.lse = c.needs_gpu = c.softcap = c.alibi = true;
+  c.min_page_size = 16;
+  c.page_size_multiple = 16;
   c.max_seqlen_kv = 4096;
   c.compute_dtype = DType::f16;
   std::string deviations;
@@ -153,6 +155,26 @@ TEST(ExternalWorker, WrongNumbersFailTheOracle) {
   const CaseResult result = judge(subject, parse_problem("b=1 hq=2 sq=16 skv=16 d=16 dtype=f32 dseed=9"));
   EXPECT_EQ(result.status, Status::ok);
   EXPECT_FALSE(result.passed()) << explain(result);
+}
+
+// The serving vocabulary through the protocol: softcap and ALiBi in the
+// shape, a paged K/V cache as pools and a page table (int32 .npy), which the
+// fake reads through; a fake that ignores the table fails the oracle.
+TEST(ExternalWorker, ScoreModificationsAndPagedKeysTravelToTheWorker) {
+  ExternalSubject good(spec("good")), ignoring(spec("page-table-ignored"));
+  EXPECT_TRUE(good.capabilities().softcap && good.capabilities().alibi);
+  EXPECT_EQ(good.capabilities().min_page_size, 1);
+  for (const char* line : {"b=1 hq=4 hkv=2 sq=9 skv=13 d=8 dtype=bf16 mask=causal_br softcap=5 alibi=yes dseed=3",
+                           "b=1 hq=2 hkv=1 sq=6 skv=11 d=8 dtype=f32 softcap=1 alibi=yes pass=bwd dseed=4",
+                           "b=3 hq=4 hkv=2 sq=12 skv=20 d=8 dtype=f32 mask=causal_br page=3 dseed=5",
+                           "b=2 hq=2 hkv=1 sq=5 skv=23 d=16 dtype=bf16 layout=bshd softcap=5 page=16 gseed=4"}) {
+    const CaseResult result = judge(good, parse_problem(line));
+    EXPECT_TRUE(result.passed()) << line << "\n" << explain(result);
+  }
+  const CaseResult wrong = judge(ignoring, parse_problem("b=3 hq=4 hkv=2 sq=12 skv=20 d=8 dtype=f32 page=3 dseed=5"));
+  EXPECT_EQ(wrong.status, Status::ok);
+  EXPECT_FALSE(wrong.passed()) << explain(wrong);
+  EXPECT_TRUE(judge(ignoring, parse_problem("b=3 hq=4 hkv=2 sq=12 skv=20 d=8 dtype=f32 dseed=5")).passed());
 }
 
 TEST(ExternalWorker, OutsideTheDomainIsRefusedWithoutAsking) {

@@ -21,7 +21,7 @@ MAGIC = b"\x93NUMPY"
 
 #: The .npy type string of each protocol dtype.
 DESCR = {"f32": "<f4", "f16": "<f2", "bf16": "<u2"}
-_ITEM_BYTES = {"<f4": 4, "<f2": 2, "<u2": 2}
+_ITEM_BYTES = {"<f4": 4, "<f2": 2, "<u2": 2, "<i4": 4}  # <i4: a paged problem's page table
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,8 @@ def decode(array: Array) -> List[float]:
         return list(struct.unpack(f"<{n}f", array.data))
     if array.descr == "<f2":
         return list(struct.unpack(f"<{n}e", array.data))
+    if array.descr == "<i4":
+        return [float(x) for x in struct.unpack(f"<{n}i", array.data)]
     return [bf16_to_float(bits) for bits in struct.unpack(f"<{n}H", array.data)]
 
 

@@ -41,7 +41,8 @@ BACKWARD_KEYS = frozenset({"backward", "backward_deterministic"})
 #: The capability keys flashcheck knows (core/subject.hpp's Capabilities).
 CAPABILITY_KEYS = frozenset({
     "dtypes", "masks", "layouts", "head_dims", "min_head_dim", "max_head_dim", "max_head_dim_v",
-    "head_dim_v_equal", "gqa", "varlen", "softcap", "alibi", "lse", "seqlen_q_multiple", "seqlen_kv_multiple", "max_seqlen_q",
+    "head_dim_v_equal", "gqa", "varlen", "softcap", "alibi", "min_page_size", "page_size_multiple", "lse",
+    "seqlen_q_multiple", "seqlen_kv_multiple", "max_seqlen_q",
     "max_seqlen_kv", "empty_sequences", "nonfinite_inputs", "may_flush_subnormals", "tile_q", "tile_kv",
     "needs_gpu", "min_compute_capability", "compute_dtype", "known_deviations",
 }) | BACKWARD_KEYS
@@ -87,11 +88,20 @@ class Shape:
     #: declares them (capabilities "softcap", "alibi"); absent from older senders.
     softcap: float = 0.0
     alibi: bool = False
+    #: A paged K/V cache (capability "min_page_size" > 0; core/paging.hpp):
+    #: keys a page (0: contiguous), the pool's pages and the table's entries a
+    #: sequence. Then input k and v are the pools, [pages, Hkv, page_size, D]
+    #: (bshd: [pages, page_size, Hkv, D]), and input page_table ([B,
+    #: pages_per_sequence], int32) names the pool page of each sequence's n-th
+    #: page: key j of sequence b is slot j % page_size of page table[b][j // page_size].
+    page_size: int = 0
+    pages: int = 0
+    pages_per_sequence: int = 0
 
     @classmethod
     def from_json(cls, fields: Mapping[str, Any]) -> "Shape":
         names = cls.__dataclass_fields__.keys()
-        optional = {"softcap", "alibi"}
+        optional = {"softcap", "alibi", "page_size", "pages", "pages_per_sequence"}
         missing = [name for name in names if name not in fields and name not in optional]
         if missing:
             raise ValueError(f"the request's shape lacks {', '.join(missing)}")
@@ -104,11 +114,18 @@ class Shape:
             m *= 2
         return 2.0 ** (-8.0 * (h + 1) / m) if h < m else 2.0 ** (-4.0 * (2 * (h - m) + 1) / m)
 
-    def storage(self, heads: int, seqlen: int, dim: int) -> Tuple[int, int, int, int]:
+    def storage(self, heads: int, seqlen: int, dim: int, batch: Optional[int] = None) -> Tuple[int, int, int, int]:
         """A [B, H, S, D] tensor's shape in storage order: bhsd, or [B, S, H, D] for bshd."""
+        batch = self.batch if batch is None else batch
         if self.layout == "bshd":
-            return (self.batch, seqlen, heads, dim)
-        return (self.batch, heads, seqlen, dim)
+            return (batch, seqlen, heads, dim)
+        return (batch, heads, seqlen, dim)
+
+    def key_slot(self, table: List[float], b: int, j: int) -> Tuple[int, int]:
+        """Where key j of sequence b lives in K and V: (b, j), or (pool page, slot) when paged."""
+        if self.page_size == 0:
+            return b, j
+        return int(table[b * self.pages_per_sequence + j // self.page_size]), j % self.page_size
 
     @property
     def q_shape(self) -> Tuple[int, int, int, int]:
@@ -116,10 +133,14 @@ class Shape:
 
     @property
     def k_shape(self) -> Tuple[int, int, int, int]:
+        if self.page_size:
+            return self.storage(self.heads_kv, self.page_size, self.head_dim, self.pages)
         return self.storage(self.heads_kv, self.seqlen_kv, self.head_dim)
 
     @property
     def v_shape(self) -> Tuple[int, int, int, int]:
+        if self.page_size:
+            return self.storage(self.heads_kv, self.page_size, self.head_dim_v, self.pages)
         return self.storage(self.heads_kv, self.seqlen_kv, self.head_dim_v)
 
     @property
@@ -189,7 +210,8 @@ class Request:
         s = self.shape
         dtype = npy.DESCR[s.dtype]
         want = {"q": (dtype, s.q_shape), "k": (dtype, s.k_shape), "v": (dtype, s.v_shape), "o": (dtype, s.o_shape),
-                "lse": ("<f4", s.lse_shape), "do": (dtype, s.do_shape)}.get(name)
+                "lse": ("<f4", s.lse_shape), "do": (dtype, s.do_shape),
+                "page_table": ("<i4", (s.batch, s.pages_per_sequence))}.get(name)
         if want is not None and (array.descr, array.shape) != want:
             raise ValueError(f"input {name} is {array.descr} {list(array.shape)}, the problem says "
                              f"{want[0]} {list(want[1])}")
