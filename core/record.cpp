@@ -264,7 +264,8 @@ void to_json(json& j, const BenchRecord& r) {
   if (r.dtype) j["dtype"] = std::string(to_string(*r.dtype));
   put(j, "bound", r.bound);
   for (const auto& [key, value] : {std::pair{"flops", r.flops}, {"tflops", r.tflops}, {"fraction_of_gemm", r.fraction_of_gemm},
-                                   {"bytes", r.bytes}, {"gbps", r.gbps}, {"fraction_of_copy", r.fraction_of_copy}})
+                                   {"bytes", r.bytes}, {"gbps", r.gbps}, {"fraction_of_copy", r.fraction_of_copy},
+                                   {"fraction_of_read", r.fraction_of_read}})
     if (value) j[key] = number(*value);
   put(j, "warmup", r.warmup);
   put(j, "repeats", r.repeats);
@@ -279,6 +280,7 @@ void to_json(json& j, const CeilingRecord& r) {
        {"device", r.device},                {"gemm_bf16_tflops", r.gemm_bf16_tflops},
        {"gemm_f32_tflops", r.gemm_f32_tflops}, {"copy_gbps", r.copy_gbps}};
   put(j, "time", r.time);
+  put(j, "read_gbps", r.read_gbps);
   put(j, "l2_bytes", r.l2_bytes);
   put(j, "method", r.method);
 }
@@ -699,7 +701,8 @@ void from_json(const json& j, BenchRecord& r) {
       r.samples_ms.push_back(real((*samples)[i], fmt::format("samples_ms[{}]", i)));
   }
   for (auto [key, field] : {std::pair{"flops", &r.flops}, {"tflops", &r.tflops}, {"fraction_of_gemm", &r.fraction_of_gemm},
-                            {"bytes", &r.bytes}, {"gbps", &r.gbps}, {"fraction_of_copy", &r.fraction_of_copy}})
+                            {"bytes", &r.bytes}, {"gbps", &r.gbps}, {"fraction_of_copy", &r.fraction_of_copy},
+                            {"fraction_of_read", &r.fraction_of_read}})
     *field = optional_real(j, key, "");
   r.warmup = optional_small_integer(j, "warmup", "");
   r.repeats = optional_small_integer(j, "repeats", "");
@@ -722,6 +725,7 @@ void from_json(const json& j, CeilingRecord& r) {
   r.gemm_bf16_tflops = need_real(j, "gemm_bf16_tflops", "");
   r.gemm_f32_tflops = need_real(j, "gemm_f32_tflops", "");
   r.copy_gbps = need_real(j, "copy_gbps", "");
+  r.read_gbps = optional_real(j, "read_gbps", "");
   r.l2_bytes = optional_real(j, "l2_bytes", "");
   r.method = optional_text(j, "method", "");
 }

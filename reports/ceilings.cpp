@@ -13,6 +13,7 @@
 
 #include "flashcheck/core/dtype.hpp"
 #include "flashcheck/core/gpu/runtime.hpp"
+#include "read_bandwidth.hpp"
 
 namespace flashcheck::reports {
 
@@ -132,9 +133,29 @@ Ceilings measure_ceilings(int repeats) {
       },
       stream.get(), repeats, site);
   c.copy_gbps = 2.0 * static_cast<double>(kCopyBytes) / (ms * 1e-3) / 1e9;
+  // The read-only ceiling: the copy's source read once, one word written a block.
+  const int blocks = detail::read_all_blocks(properties.multiProcessorCount);
+  const gpu::DeviceBuffer sink(static_cast<std::size_t>(blocks) * sizeof(unsigned), site);
+  check(cudaMemset(sink.get(), 0, static_cast<std::size_t>(blocks) * sizeof(unsigned)), "cudaMemset", site);
+  const double read_ms = median_ms(
+      [&] {
+        check(detail::launch_read_all(from.get(), kCopyBytes, static_cast<unsigned*>(sink.get()), blocks, stream.get()),
+              "read_all launch", site);
+      },
+      stream.get(), repeats, site);
+  c.read_gbps = static_cast<double>(kCopyBytes) / (read_ms * 1e-3) / 1e9;
+  // A read that does not reach what the copy reads at the same time (half its
+  // read + write figure) is the kernel's failure, not the machine's ceiling:
+  // said, and left out rather than shown as one.
+  if (!(c.read_gbps >= c.copy_gbps / 2)) {
+    fmt::print(stderr, "ceilings: the read-only kernel read {:.0f} GB/s, below the copy's {:.0f} GB/s of reads: "
+                       "no read ceiling this run\n", c.read_gbps, c.copy_gbps / 2);
+    c.read_gbps = 0;
+  }
   c.method = fmt::format("cuBLAS GEMM {0}x{0}x{0} (bf16 with f32 accumulation; f32 pedantic, no TF32), 1 GiB "
-                         "device-to-device copy counted as read + write; median of {1} after {2} warm-ups",
-                         kGemmSize, repeats, kWarmup);
+                         "device-to-device copy counted as read + write, 1 GiB read by {3} blocks of 16-byte "
+                         "streaming loads (reports/read_bandwidth.cu); median of {1} after {2} warm-ups",
+                         kGemmSize, repeats, kWarmup, blocks);
   return c;
 }
 
@@ -145,6 +166,7 @@ CeilingRecord to_record(const Ceilings& c) {
   record.gemm_bf16_tflops = c.gemm_bf16_tflops;
   record.gemm_f32_tflops = c.gemm_f32_tflops;
   record.copy_gbps = c.copy_gbps;
+  if (c.read_gbps > 0) record.read_gbps = c.read_gbps;
   record.l2_bytes = c.l2_bytes;
   record.method = c.method;
   return record;

@@ -267,7 +267,8 @@ def summarise(groups, rows, ceilings, regressions, notes, warnings, inputs, base
                                               relative_rmse_max=g["rel_rmse_max"]),
                              versions=sorted(g["versions"])))
     bench = [{**{k: r.get(k) for k in ("subject", "problem", "dtype", "bound", "median_ms", "min_ms", "max_ms", "tflops",
-                                       "fraction_of_gemm", "gbps", "fraction_of_copy", "input_sets")},
+                                       "fraction_of_gemm", "gbps", "fraction_of_copy", "fraction_of_read",
+                                       "input_sets")},
               # the peer's time over the subject's (records before the peer was named: cuDNN's)
               "speed_vs_peer": r.get("speed_vs_peer", r.get("speed_vs_cudnn")),
               "peer_subject": r.get("peer_subject", "cudnn" if "speed_vs_cudnn" in r else None)}
@@ -284,6 +285,6 @@ def summarise(groups, rows, ceilings, regressions, notes, warnings, inputs, base
                                f"them (no GPU, no driver, or too old a GPU), not judged: {', '.join(unavailable)}"]
     return dict(generated=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), inputs=inputs,
                 baseline=baseline_inputs, warnings=warnings, regressions=regressions, comparison_notes=notes,
-                ceilings={k: ceilings.get(k) for k in ("device", "gemm_bf16_tflops", "gemm_f32_tflops", "copy_gbps",
+                ceilings={k: ceilings.get(k) for k in ("device", "gemm_bf16_tflops", "gemm_f32_tflops", "copy_gbps", "read_gbps",
                                                        "method")} if ceilings else None,
                 subjects=subjects, bench=bench)

@@ -107,13 +107,16 @@ def markdown(summary, title):
         c = summary["ceilings"] or {}
         out += ["", f"Speed on {c.get('device', '?')}: bf16 GEMM {fmt_float(c.get('gemm_bf16_tflops'), '.0f')} TFLOP/s, "
                     f"f32 GEMM {fmt_float(c.get('gemm_f32_tflops'), '.1f')} TFLOP/s, copy "
-                    f"{fmt_float(c.get('copy_gbps'), '.0f')} GB/s (measured in the same run).", "",
-                "| problem | subject | median ms | TFLOP/s | % GEMM | GB/s | % copy | × peer |",
-                "|---|---|---:|---:|---:|---:|---:|---:|"]
+                    f"{fmt_float(c.get('copy_gbps'), '.0f')} GB/s, read {fmt_float(c.get('read_gbps'), '.0f')} GB/s "
+                    "(measured in the same run; read: a kernel that only reads, the ceiling of a decode).", "",
+                "| problem | subject | median ms | TFLOP/s | % GEMM | GB/s | % copy | % read | × peer |",
+                "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
         for b in summary["bench"]:
+            read = b.get("fraction_of_read")
             out.append(f"| `{b['problem']}` | {b['subject']} | {fmt_float(b['median_ms'], '.3f')} | "
                        f"{fmt_float(b['tflops'], '.1f')} | {fmt_float(100 * (b['fraction_of_gemm'] or 0), '.0f')}% | "
                        f"{fmt_float(b['gbps'], '.0f')} | {fmt_float(100 * (b['fraction_of_copy'] or 0), '.0f')}% | "
+                       f"{fmt_float(100 * read, '.0f') + '%' if read is not None else '-'} | "
                        f"{fmt_float(b.get('speed_vs_peer'), '.2f')} |")
     return "\n".join(out) + "\n"
 

@@ -181,6 +181,8 @@ struct BenchRecord {
   double median_ms = 0, min_ms = 0, max_ms = 0;
   std::vector<double> samples_ms;
   std::optional<double> flops, tflops, fraction_of_gemm, bytes, gbps, fraction_of_copy;
+  /// gbps over the read-only ceiling (CeilingRecord::read_gbps), where it was measured.
+  std::optional<double> fraction_of_read;
   std::optional<int> warmup, repeats, input_sets;
   std::string device;  // (empty: absent)
   std::optional<double> speed_vs_peer;  // the peer's median over this one's (above 1: faster)
@@ -194,6 +196,9 @@ struct CeilingRecord {
   std::optional<std::int64_t> time;
   std::string device;
   double gemm_bf16_tflops = 0, gemm_f32_tflops = 0, copy_gbps = 0;
+  /// Bytes read per second by a kernel that writes almost nothing (absent
+  /// from records written before it was measured).
+  std::optional<double> read_gbps;
   std::optional<double> l2_bytes;
   std::string method;  // (empty: absent)
   friend bool operator==(const CeilingRecord&, const CeilingRecord&) = default;
