@@ -175,6 +175,37 @@ struct GatherPages {
   }
 };
 
+// A host tensor's raw storage copied into the space's memory, as f32 or as
+// 16-bit patterns; the views live as long as this does.
+template <class Space>
+struct RawStorage {
+  Kokkos::View<float*, Space> single;
+  Kokkos::View<std::uint16_t*, Space> half;
+  explicit RawStorage(const HostTensor& tensor) {
+    const auto elements = static_cast<std::size_t>(tensor.size());
+    if (tensor.dtype() == DType::f32) {
+      single = Kokkos::View<float*, Space>("raw", elements);
+      Kokkos::deep_copy(single, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                    static_cast<const float*>(tensor.data()), elements));
+    } else {
+      half = Kokkos::View<std::uint16_t*, Space>("raw", elements);
+      Kokkos::deep_copy(half, Kokkos::View<const std::uint16_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                  static_cast<const std::uint16_t*>(tensor.data()), elements));
+    }
+  }
+};
+
+// Runs a decoding kernel (DecodeTensor, GatherPages) over `elements` outputs,
+// on the tensor's raw storage copied in, and waits for it.
+template <class Space, class Kernel>
+void run_decoder(Kernel kernel, const HostTensor& tensor, std::size_t elements, const char* name) {
+  const RawStorage<Space> raw(tensor);
+  kernel.single = ka::device_array<const float>(raw.single);
+  kernel.half_bits = ka::device_array<const std::uint16_t>(raw.half);
+  Kokkos::parallel_for(name, Kokkos::RangePolicy<Space>(0, elements), kernel);
+  Space().fence();
+}
+
 // A host tensor's storage in the space's memory, decoded to Acc. The raw copy
 // lives until the decoding kernel is done (the space is fenced before return).
 template <class Space, class Acc>
@@ -186,22 +217,7 @@ Kokkos::View<Acc****, Kokkos::LayoutRight, Space> stage(const HostTensor& tensor
   DecodeTensor<Space, Acc> decode{ka::device_array<Acc>(out), {}, {}, ka::device_array<const std::int64_t>(position),
                                   storage_code(tensor.dtype()), tensor.layout() == Layout::bshd,
                                   tensor.heads(), tensor.seqlen(), tensor.dim()};
-  const auto elements = static_cast<std::size_t>(tensor.size());
-  Kokkos::View<float*, Space> raw_single;
-  Kokkos::View<std::uint16_t*, Space> raw_half;
-  if (tensor.dtype() == DType::f32) {
-    raw_single = Kokkos::View<float*, Space>("raw", elements);
-    Kokkos::deep_copy(raw_single, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
-                                      static_cast<const float*>(tensor.data()), elements));
-    decode.single = ka::device_array<const float>(raw_single);
-  } else {
-    raw_half = Kokkos::View<std::uint16_t*, Space>("raw", elements);
-    Kokkos::deep_copy(raw_half, Kokkos::View<const std::uint16_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
-                                    static_cast<const std::uint16_t*>(tensor.data()), elements));
-    decode.half_bits = ka::device_array<const std::uint16_t>(raw_half);
-  }
-  Kokkos::parallel_for("flashcheck::kokkos::decode", Kokkos::RangePolicy<Space>(0, out.size()), decode);
-  Space().fence();
+  run_decoder<Space>(decode, tensor, out.size(), "flashcheck::kokkos::decode");
   return out;
 }
 
@@ -221,22 +237,7 @@ Kokkos::View<Acc****, Kokkos::LayoutRight, Space> stage_paged(const HostTensor& 
   GatherPages<Space, Acc> gather{ka::device_array<Acc>(out), {}, {}, ka::device_array<const std::int32_t>(entries),
                                  storage_code(pool.dtype()), pool.layout() == Layout::bshd, table.page_size,
                                  table.per_sequence};
-  const auto elements = static_cast<std::size_t>(pool.size());
-  Kokkos::View<float*, Space> raw_single;
-  Kokkos::View<std::uint16_t*, Space> raw_half;
-  if (pool.dtype() == DType::f32) {
-    raw_single = Kokkos::View<float*, Space>("raw", elements);
-    Kokkos::deep_copy(raw_single, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
-                                      static_cast<const float*>(pool.data()), elements));
-    gather.single = ka::device_array<const float>(raw_single);
-  } else {
-    raw_half = Kokkos::View<std::uint16_t*, Space>("raw", elements);
-    Kokkos::deep_copy(raw_half, Kokkos::View<const std::uint16_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
-                                    static_cast<const std::uint16_t*>(pool.data()), elements));
-    gather.half_bits = ka::device_array<const std::uint16_t>(raw_half);
-  }
-  Kokkos::parallel_for("flashcheck::kokkos::gather_pages", Kokkos::RangePolicy<Space>(0, out.size()), gather);
-  Space().fence();
+  run_decoder<Space>(gather, pool, out.size(), "flashcheck::kokkos::gather_pages");
   return out;
 }
 
