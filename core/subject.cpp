@@ -30,6 +30,7 @@ std::optional<std::string> unsupported_reason(const Capabilities& caps, const Pr
   if (!caps.softcap && p.softcap > 0) return std::string("a logit softcap (softcap=) is not supported");
   if (!caps.alibi && p.alibi) return std::string("ALiBi (alibi=yes) is not supported");
   if (p.page_size > 0) {
+    if (p.pass == Pass::bwd) return std::string("a paged K/V cache (page=) is the forward's; pass=bwd takes contiguous K/V");
     if (caps.min_page_size == 0) return std::string("a paged K/V cache (page=) is not supported");
     if (p.page_size < caps.min_page_size || p.page_size % caps.page_size_multiple != 0)
       return fmt::format("page={} is not supported (pages of at least {} keys, a multiple of {})", p.page_size,

@@ -190,10 +190,6 @@ HostTensor generate_dout(const Problem& p) {
   return dout;
 }
 
-}  // namespace flashcheck
-
-namespace flashcheck {
-
 Inputs paged_inputs(const Problem& p, const Inputs& contiguous, const PageTable& table) {
   if (const std::string mismatch = page_table_mismatch(p, table); !mismatch.empty() || !table.paged())
     throw std::invalid_argument("paged_inputs: " + (mismatch.empty() ? std::string("no page table") : mismatch));

@@ -87,8 +87,8 @@ MpfrAttention mpfr_attention(const Problem& p, const Inputs& in) {
   // Element c of key j of sequence b, through the page table when paged.
   const auto key_element = [&](const HostTensor& t, std::int64_t b, std::int64_t hk, std::int64_t j, std::int64_t c) {
     if (p.page_size == 0) return t.get(b, hk, j, c);
-    const std::int64_t per_sequence = static_cast<std::int64_t>(in.pages.entries.size()) / p.batch;
-    return t.get(in.pages.entries[static_cast<std::size_t>(b * per_sequence + j / p.page_size)], hk, j % p.page_size, c);
+    return t.get(in.pages.entries[static_cast<std::size_t>(b * in.pages.per_sequence + j / p.page_size)], hk,
+                 j % p.page_size, c);
   };
   MpfrAttention result{AttentionRows(p, all_rows(p)), {}};
   result.abs_weighted.assign(result.rows.o.size(), 0.0);

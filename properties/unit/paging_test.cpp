@@ -193,6 +193,9 @@ TEST(Paging, ASubjectWithoutPagesRefusesThem) {
   EXPECT_NE(unsupported_reason(caps, paged_problem(1))->find("at least 32"), std::string::npos);
   caps.min_page_size = 16;
   EXPECT_EQ(unsupported_reason(caps, paged_problem(1)), std::nullopt);
+  Problem backward = paged_problem(1);  // built, not parsed: parse_problem refuses it first
+  backward.pass = Pass::bwd;
+  EXPECT_NE(unsupported_reason(caps, backward)->find("the forward's"), std::string::npos);
 }
 
 }  // namespace
