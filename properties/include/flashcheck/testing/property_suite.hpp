@@ -72,6 +72,9 @@ struct SubjectProperty {
 const std::vector<SubjectProperty>& subject_properties();
 /// The backward's properties alone (backward_properties.cpp).
 const std::vector<SubjectProperty>& backward_properties();
+/// The serving vocabulary's forward properties (softcap, ALiBi, paged K/V;
+/// serving_properties.cpp), part of subject_properties()'s forward half.
+const std::vector<SubjectProperty>& serving_properties();
 
 /// The largest share of its drawn cases a property may discard (RC_PRE,
 /// RC_DISCARD, a refusal at launch) and still pass. Each property draws only
