@@ -246,8 +246,8 @@ template <class Space, class Acc>
 Kokkos::View<Acc****, Kokkos::LayoutRight, Space> stage_keys(const Problem& p, const Inputs& in, const HostTensor& tensor,
                                                              const char* label) {
   if (p.page_size > 0) {
-    if (in.pages.page_size != p.page_size || in.pages.entries.size() != static_cast<std::size_t>(p.batch * in.pages.per_sequence))
-      throw std::invalid_argument("Kokkos reference: the inputs' page table does not fit the problem");
+    if (const std::string mismatch = page_table_mismatch(p, in.pages); !mismatch.empty())
+      throw std::invalid_argument("Kokkos reference: " + mismatch);
     return stage_paged<Space, Acc>(tensor, in.pages, label, p.batch, p.seqlen_kv);
   }
   return stage<Space, Acc>(tensor, label, {}, p.seqlen_kv);

@@ -85,8 +85,10 @@ bool Testbed::inputs_nonzero() const {
   const Problem& p = base_.problem;
   const auto queries = [&](std::int64_t b) { return p.len_q(b); };
   const auto keys = [&](std::int64_t b) { return p.len_kv(b); };
-  const Inputs logical = logical_inputs(p, inputs_);  // a paged pool's keys through its table
-  for (const ValidNorm& norm : {valid_norm(logical.q, queries), valid_norm(logical.k, keys), valid_norm(logical.v, keys)})
+  // A paged pool's keys through its table; contiguous inputs as they are (no copy).
+  const Inputs logical = inputs_.pages.paged() ? logical_inputs(p, inputs_) : Inputs{};
+  const Inputs& in = inputs_.pages.paged() ? logical : inputs_;
+  for (const ValidNorm& norm : {valid_norm(in.q, queries), valid_norm(in.k, keys), valid_norm(in.v, keys)})
     if (norm.any && !norm.nonzero()) return false;
   return true;
 }

@@ -166,6 +166,7 @@ TEST(Paging, InputsWithoutTheirTableAreAnErrorNotAContiguousRead) {
   in.pages = {};
   EXPECT_THROW(cpu_f64_reference(p, in, all_rows(p)), std::invalid_argument);
   EXPECT_THROW(cpu_lowp_rows(p, in, all_rows(p), DType::bf16), std::invalid_argument);
+  if (kokkos_available()) EXPECT_THROW(kokkos_reference(p, in, all_rows(p), Accumulation::f64), std::invalid_argument);
   CpuPlain plain;
   CpuFa2Tiles tiles;
   EXPECT_EQ(plain.run(p, in).status, Status::error);
