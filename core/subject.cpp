@@ -35,6 +35,8 @@ std::optional<std::string> unsupported_reason(const Capabilities& caps, const Pr
     if (p.page_size < caps.min_page_size || p.page_size % caps.page_size_multiple != 0)
       return fmt::format("page={} is not supported (pages of at least {} keys, a multiple of {})", p.page_size,
                          caps.min_page_size, caps.page_size_multiple);
+    if (caps.page_size_power_of_two && (p.page_size & (p.page_size - 1)) != 0)
+      return fmt::format("page={} is not supported (page sizes are powers of two)", p.page_size);
   }
   if (caps.aligned_masks_need_sq_le_skv && (p.mask == MaskKind::causal_br || p.mask == MaskKind::window) &&
       p.seqlen_q > p.seqlen_kv)
@@ -143,7 +145,8 @@ std::string describe(const Capabilities& caps) {
   if (caps.split_kv) text += " split_kv";
   if (caps.softcap) text += " softcap";
   if (caps.alibi) text += " alibi";
-  if (caps.min_page_size > 0) text += fmt::format(" page>={}", caps.min_page_size);
+  if (caps.min_page_size > 0)
+    text += fmt::format(" page>={}{}", caps.min_page_size, caps.page_size_power_of_two ? "(2^n)" : "");
   if (caps.backward) {
     std::vector<std::string> traits;
     if (caps.backward_deterministic) traits.emplace_back("deterministic");

@@ -55,6 +55,11 @@ void HostTensor::poison() {
   else std::fill(half_.begin(), half_.end(), half_bits_from_double(dtype_, std::numeric_limits<double>::quiet_NaN()));
 }
 
+void HostTensor::fill(double value) {
+  if (dtype_ == DType::f32) std::fill(single_.begin(), single_.end(), static_cast<float>(value));
+  else std::fill(half_.begin(), half_.end(), half_bits_from_double(dtype_, value));
+}
+
 Outputs make_outputs(const Problem& p) {
   Outputs out;
   out.o = HostTensor(p.dtype, p.layout, p.batch, p.heads_q, p.seqlen_q, p.head_dim_v);

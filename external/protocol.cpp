@@ -57,6 +57,7 @@ nlohmann::json to_json(const Capabilities& c) {
                       {"alibi", c.alibi},
                       {"min_page_size", c.min_page_size},
                       {"page_size_multiple", c.page_size_multiple},
+                      {"page_size_power_of_two", c.page_size_power_of_two},
                       {"lse", c.lse},
                       {"seqlen_q_multiple", c.seqlen_q_multiple},
                       {"seqlen_kv_multiple", c.seqlen_kv_multiple},
@@ -125,6 +126,7 @@ Capabilities capabilities_from_json(const nlohmann::json& j, std::string& deviat
     else if (key == "alibi") c.alibi = boolean();
     else if (key == "min_page_size") c.min_page_size = integer(0, 1 << 20);
     else if (key == "page_size_multiple") c.page_size_multiple = integer(1, 1 << 20);
+    else if (key == "page_size_power_of_two") c.page_size_power_of_two = boolean();
     else if (key == "lse") c.lse = boolean();
     else if (key == "seqlen_q_multiple") c.seqlen_q_multiple = integer(1, 1 << 16);
     else if (key == "seqlen_kv_multiple") c.seqlen_kv_multiple = integer(1, 1 << 16);

@@ -352,9 +352,10 @@ const std::vector<Problem>& problem_pool(const Capabilities& caps, const DomainL
   static std::mutex mutex;
   static std::map<std::string, std::vector<Problem>> pools;
   const std::string key =
-      fmt::format("{}|{} {} {} {} {} {} {} {}", describe(caps), limits.max_seqlen, limits.max_head_dim, limits.max_work,
-                  limits.max_bytes, limits.allow_special_values, limits.vacuous_only, limits.long_contexts,
-                  caps.geometry_pool) + (limits.backward ? " bwd" : "");
+      fmt::format("{}|{} {} {} {} {} {} {} {} {} {} {}", describe(caps), limits.max_seqlen, limits.max_head_dim,
+                  limits.max_work, limits.max_bytes, limits.allow_special_values, limits.vacuous_only,
+                  limits.long_contexts, caps.geometry_pool, limits.softcap, limits.alibi, limits.paged) +
+      (limits.backward ? " bwd" : "");
   const std::lock_guard lock(mutex);
   std::vector<Problem>& pool = pools[key];
   if (!pool.empty()) return pool;
@@ -606,6 +607,7 @@ rc::Gen<Problem> gen_forward_problem_in(const Capabilities& caps, const DomainLi
       for (std::int64_t size : {1, 2, 3, 7, 16, 17, 32, 64, 128, 256}) {
         size = std::max(size, caps.min_page_size);
         size = (size + caps.page_size_multiple - 1) / caps.page_size_multiple * caps.page_size_multiple;
+        if (caps.page_size_power_of_two && (size & (size - 1)) != 0) continue;
         sizes.push_back(size);
       }
       p.page_size = *rc::gen::elementOf(sizes);

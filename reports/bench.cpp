@@ -12,6 +12,7 @@
 
 #include "flashcheck/core/gpu/device_info.hpp"
 #include "flashcheck/core/record.hpp"
+#include "flashcheck/core/paging.hpp"
 #include "flashcheck/core/values.hpp"
 #include "flashcheck/judge/judge.hpp"
 #ifdef FLASHCHECK_HAVE_CUDA
@@ -43,6 +44,16 @@ std::string problem_summary(const std::vector<TimedSubject>& timed, std::string_
 #ifdef FLASHCHECK_HAVE_CUDA
 
 namespace {
+
+// The inputs a problem is timed on. A paged problem's table is one of private
+// pages (shuffled, none shared): a prefix page shared by several sequences is
+// read from L2 after its first reader, which would flatter the bandwidth, as
+// every logical key is counted as moved.
+Inputs bench_inputs(const Problem& p) {
+  Inputs inputs = generate_inputs(p);
+  if (p.page_size > 0) return paged_inputs(p, logical_inputs(p, inputs), shuffled_page_table(p, /*salt=*/1));
+  return inputs;
+}
 
 /// Copies of the inputs to rotate through: together at least twice the L2, so
 /// that no launch finds its inputs in cache; at least 2, at most 64, and
@@ -99,7 +110,7 @@ int run_bench(const BenchOptions& options) {
   };
   for (std::size_t index = 0; index < options.problems.size(); ++index) {
     const Problem& p = options.problems[index];
-    const Inputs inputs = generate_inputs(p);
+    const Inputs inputs = bench_inputs(p);
     // A backward's subjects are handed the f64 oracle's forward (core/backward.hpp),
     // computed once here on the CPU (BLAS threads).
     std::optional<BackwardInputs> handed;

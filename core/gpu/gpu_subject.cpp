@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "flashcheck/core/gpu/gpu_subject.hpp"
+#include "flashcheck/core/paging.hpp"
 #include "launch_support.hpp"
 
 namespace flashcheck::gpu {
@@ -43,8 +44,10 @@ DeviceBuffer upload(const void* host, std::int64_t bytes, cudaStream_t stream, c
   return device;
 }
 
+// The per-sequence lengths, for a padded batch or a paged cache (whose readers,
+// cuDNN's among them, take lengths with the table).
 void upload_lengths(const Problem& p, cudaStream_t stream, const CallSite& site, DeviceLengths& lengths) {
-  if (!p.padded()) return;
+  if (!p.padded() && p.page_size == 0) return;
   lengths.host_q.resize(p.batch);
   lengths.host_kv.resize(p.batch);
   for (std::int64_t b = 0; b < p.batch; ++b) {
@@ -60,8 +63,10 @@ void upload_lengths(const Problem& p, cudaStream_t stream, const CallSite& site,
 
 void fill_geometry(const Problem& p, AttentionArgs& a) {
   strides(p.layout, p.heads_q, p.seqlen_q, p.head_dim, a.q_batch_stride, a.q_head_stride, a.q_seq_stride);
-  strides(p.layout, p.heads_kv, p.seqlen_kv, p.head_dim, a.k_batch_stride, a.k_head_stride, a.k_seq_stride);
-  strides(p.layout, p.heads_kv, p.seqlen_kv, p.head_dim_v, a.v_batch_stride, a.v_head_stride, a.v_seq_stride);
+  // Paged K/V are pools of pages of page_size keys: a page takes a batch's place.
+  const std::int64_t kv_rows = p.page_size > 0 ? p.page_size : p.seqlen_kv;
+  strides(p.layout, p.heads_kv, kv_rows, p.head_dim, a.k_batch_stride, a.k_head_stride, a.k_seq_stride);
+  strides(p.layout, p.heads_kv, kv_rows, p.head_dim_v, a.v_batch_stride, a.v_head_stride, a.v_seq_stride);
   strides(p.layout, p.heads_q, p.seqlen_q, p.head_dim_v, a.o_batch_stride, a.o_head_stride, a.o_seq_stride);
   a.dtype = static_cast<int>(p.dtype);
   a.batch = static_cast<int>(p.batch);
@@ -75,6 +80,7 @@ void fill_geometry(const Problem& p, AttentionArgs& a) {
   a.window_left = static_cast<int>(p.window_left);
   a.window_right = static_cast<int>(p.window_right);
   a.scale = static_cast<float>(p.softmax_scale);
+  a.softcap = static_cast<float>(p.softcap);
 }
 
 bool still_poisoned(const HostTensor& tensor, std::int64_t at) {
@@ -156,6 +162,8 @@ using detail::device_refusal;
 
 struct DeviceInputs {
   DeviceBuffer q, k, v;
+  DeviceBuffer page_table;  // empty for contiguous K/V
+  int pages_per_sequence = 0, pool_pages = 0;
   detail::DeviceLengths lengths;
 };
 
@@ -165,6 +173,15 @@ void upload(const Problem& p, const Inputs& in, cudaStream_t stream, const CallS
   device.q = detail::upload(in.q.data(), in.q.bytes(), stream, site, "cudaMemcpy (Q)");
   device.k = detail::upload(in.k.data(), in.k.bytes(), stream, site, "cudaMemcpy (K)");
   device.v = detail::upload(in.v.data(), in.v.bytes(), stream, site, "cudaMemcpy (V)");
+  if (p.page_size > 0) {
+    if (const std::string why = page_table_mismatch(p, in.pages); !why.empty())
+      throw std::invalid_argument("the inputs' page table does not fit the problem: " + why);
+    device.page_table = detail::upload(in.pages.entries.data(),
+                                       static_cast<std::int64_t>(in.pages.entries.size() * sizeof(std::int32_t)),
+                                       stream, site, "cudaMemcpy (page table)");
+    device.pages_per_sequence = static_cast<int>(in.pages.per_sequence);
+    device.pool_pages = static_cast<int>(in.pages.pages);
+  }
   detail::upload_lengths(p, stream, site, device.lengths);
 }
 
@@ -178,6 +195,12 @@ AttentionArgs make_args(const Problem& p, const DeviceInputs& in, void* o, float
   detail::fill_geometry(p, a);
   a.lens_q = static_cast<const std::int32_t*>(in.lengths.q.get());
   a.lens_kv = static_cast<const std::int32_t*>(in.lengths.kv.get());
+  if (p.page_size > 0) {
+    a.page_table = static_cast<const std::int32_t*>(in.page_table.get());
+    a.page_size = static_cast<int>(p.page_size);
+    a.pages_per_sequence = in.pages_per_sequence;
+    a.pages = in.pool_pages;
+  }
   a.stream = stream;
   return a;
 }
@@ -193,6 +216,13 @@ RunResult GpuSubject::run(const Problem& p, const Inputs& in) {
     result.status = context_poisoned() ? Status::fault : Status::unavailable;
     result.message = *refusal;
     return result;
+  }
+  if (p.page_size > 0) {
+    if (const std::string why = page_table_mismatch(p, in.pages); !why.empty()) {
+      result.status = Status::error;
+      result.message = "the inputs' page table does not fit the problem: " + why;
+      return result;
+    }
   }
   const CallSite site{std::string(name()), to_line(p)};
   try {

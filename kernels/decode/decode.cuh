@@ -17,7 +17,8 @@ inline constexpr int kDecodeMaxSeqlenQ = 16;
 /// decode's domain: f16 and bf16 storage, f32 arithmetic; d = dv in {64, 128,
 /// 256} (a key row is 8, 16 or 32 lanes of 16-byte loads); seqlen_q <= 16 and
 /// any seqlen_kv, 0 included; every mask; GQA/MQA; padded batches; LSE; BHSD
-/// and BSHD; Inf/NaN inputs (masked keys are absent).
+/// and BSHD; Inf/NaN inputs (masked keys are absent); a paged K/V cache of any
+/// page size from 16 keys (a warp's step then spans at most two pages).
 inline constexpr Capabilities kDecodeCapabilities = {
     .dtypes = {DType::f16, DType::bf16},
     .head_dims = {64, 128, 256},
@@ -27,6 +28,7 @@ inline constexpr Capabilities kDecodeCapabilities = {
     .masks = {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window},
     .gqa = true,
     .varlen = true,
+    .min_page_size = 16,
     .lse = true,
     .max_seqlen_q = kDecodeMaxSeqlenQ,
     .tile_q = 4,

@@ -17,6 +17,11 @@
 // combined per (row, 8 columns) in a fixed order: deterministic.
 // Masked keys are absent (never weighted by 0): Inf/NaN inputs behave as in
 // the plain formula.
+// Paged K/V (AttentionArgs::page_table): each load finds its key's pool page
+// in the table (one 4-byte read, cached: a warp's step spans at most two
+// pages when pages hold 16 keys or more) and its slot within the page. The
+// table is read a step ahead, while the step before computes, so that no K/V
+// load waits for its table entry; the rest of the pass is the contiguous one's.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -67,6 +72,36 @@ __device__ __forceinline__ uint4 pack8(const float (&x)[8]) {
     else pairs[n] = __floats2bfloat162_rn(x[2 * n], x[2 * n + 1]);
   }
   return raw;
+}
+
+/// How a pass finds key j of sequence b: contiguous K/V, or a paged pool read
+/// through the table. The last two are deliberate flaws, for mutants
+/// (kernels/mutants/decode_mutants.cu).
+enum class KeyReading {
+  contiguous,
+  paged,
+  paged_table_ignored,  // the pool read as if its pages were in sequence order
+  paged_off_by_one,     // the first key of each page after the first read from the previous page's entry
+};
+
+/// Where key j of sequence b lives: the batch (or pool page) and the key's row within it.
+struct KeyPlace {
+  int page;
+  int slot;
+};
+
+template <KeyReading kReading>
+__device__ __forceinline__ KeyPlace key_place(const gpu::AttentionArgs& a, int b, int j) {
+  if constexpr (kReading == KeyReading::contiguous) {
+    return {b, j};
+  } else {
+    const int n = j / a.page_size, slot = j - n * a.page_size;
+    const int entry = b * a.pages_per_sequence + n;
+    if constexpr (kReading == KeyReading::paged_table_ignored) return {entry % a.pages, slot};
+    if constexpr (kReading == KeyReading::paged_off_by_one)
+      if (slot == 0 && n > 0) return {__ldg(a.page_table + entry - 1), 0};
+    return {__ldg(a.page_table + entry), slot};
+  }
 }
 
 /// One query row of a block: its head, position and the keys it sees.
@@ -138,7 +173,7 @@ struct DecodeMerged {
 
 /// Runs the block's warps over keys [rows.first_key, rows.last_key] of (b, hk)
 /// and leaves each warp's state in `shared` (followed by a barrier).
-template <typename Element, int kHeadDim, int kWarps>
+template <typename Element, int kHeadDim, int kWarps, KeyReading kReading>
 __device__ __forceinline__ void decode_pass(const gpu::AttentionArgs& a, int b, int hk, const DecodeRows& rows,
                                             DecodeShared<kHeadDim, kWarps>& shared) {
   using Lanes = DecodeLanes<kHeadDim>;
@@ -166,10 +201,20 @@ __device__ __forceinline__ void decode_pass(const gpu::AttentionArgs& a, int b, 
     for (int c = 0; c < 8; ++c) o[r][c] = 0.0f;
   }
 
-  const Element* k = static_cast<const Element*>(a.k) + b * a.k_batch_stride + hk * a.k_head_stride + column;
-  const Element* v = static_cast<const Element*>(a.v) + b * a.v_batch_stride + hk * a.v_head_stride + column;
-  for (int tile = rows.first_key + warp * Lanes::kTileKeys; tile <= rows.last_key;
-       tile += kWarps * Lanes::kTileKeys) {
+  const Element* k = static_cast<const Element*>(a.k) + hk * a.k_head_stride + column;
+  const Element* v = static_cast<const Element*>(a.v) + hk * a.v_head_stride + column;
+  // Where this lane's loads of a step live, found a step ahead (the file's header).
+  constexpr int kStride = kWarps * Lanes::kTileKeys;
+  KeyPlace place[kDecodeLoads];
+  const auto find_places = [&](int tile) {
+#pragma unroll
+    for (int u = 0; u < kDecodeLoads; ++u) {
+      const int j = tile + u * Lanes::kKeysPerLoad + slot;
+      place[u] = j <= rows.last_key ? key_place<kReading>(a, b, j) : KeyPlace{0, 0};
+    }
+  };
+  find_places(rows.first_key + warp * Lanes::kTileKeys);
+  for (int tile = rows.first_key + warp * Lanes::kTileKeys; tile <= rows.last_key; tile += kStride) {
     // Every load of the step is in flight before any is used.
     uint4 k_raw[kDecodeLoads], v_raw[kDecodeLoads];
 #pragma unroll
@@ -177,10 +222,13 @@ __device__ __forceinline__ void decode_pass(const gpu::AttentionArgs& a, int b, 
       const int j = tile + u * Lanes::kKeysPerLoad + slot;
       k_raw[u] = v_raw[u] = uint4{0, 0, 0, 0};
       if (j <= rows.last_key) {
-        k_raw[u] = __ldg(reinterpret_cast<const uint4*>(k + static_cast<std::int64_t>(j) * a.k_seq_stride));
-        v_raw[u] = __ldg(reinterpret_cast<const uint4*>(v + static_cast<std::int64_t>(j) * a.v_seq_stride));
+        k_raw[u] = __ldg(reinterpret_cast<const uint4*>(k + place[u].page * a.k_batch_stride +
+                                                        static_cast<std::int64_t>(place[u].slot) * a.k_seq_stride));
+        v_raw[u] = __ldg(reinterpret_cast<const uint4*>(v + place[u].page * a.v_batch_stride +
+                                                        static_cast<std::int64_t>(place[u].slot) * a.v_seq_stride));
       }
     }
+    find_places(tile + kStride);  // the next step's (its table reads in flight while this step computes)
 
     float logit[kDecodeRows][kDecodeLoads];
 #pragma unroll

@@ -23,7 +23,8 @@
 // that a later call fails to write turns its rows NaN instead of merging stale
 // values.
 // Domain: decode's (f16/bf16, d = dv in {64, 128, 256}, seqlen_q <= 16, any
-// seqlen_kv, every mask, GQA/MQA, padded batches, LSE, both layouts, Inf/NaN).
+// seqlen_kv, every mask, GQA/MQA, padded batches, LSE, both layouts, Inf/NaN,
+// paged K/V of 16 keys a page or more: decode_pass reads through the table).
 // Speed (H200, 2026-11-21, scripts/gpu-check: CUDA events, median of 10, 3
 // input sets): bf16 B=16 Hq=32 Hkv=8 Sq=1 Skv=32768 d=128 (the heuristic picks
 // 3 splits): 0.697 ms, 3081 GB/s, 73.2% of the 4211 GB/s copy measured in the

@@ -31,7 +31,7 @@ struct SplitKvPartials {
 
 // Blocks: x = (batch x K/V head) x chunk of 4 rows, chunks fastest so that the
 // blocks reading one group's K/V run together; y = the split.
-template <typename Element, int kHeadDim, SplitKvFlaw kFlaw>
+template <typename Element, int kHeadDim, SplitKvFlaw kFlaw, KeyReading kReading>
 __global__ void __launch_bounds__(kSplitKvWarps * 32, kSplitKvBlocksPerSm)
     splitkv_kernel(const gpu::AttentionArgs a, const SplitKvPartials partials, int chunks) {
   __shared__ DecodeShared<kHeadDim, kSplitKvWarps> shared;
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kSplitKvWarps * 32, kSplitKvBlocksPerSm)
     if (r < kDecodeRows) write_slot(zeros, -INFINITY);
     return;
   }
-  decode_pass<Element, kHeadDim, kSplitKvWarps>(a, b, hk, rows, shared);
+  decode_pass<Element, kHeadDim, kSplitKvWarps, kReading>(a, b, hk, rows, shared);
   if (r >= kDecodeRows) return;
   const DecodeMerged merged = decode_merge<kHeadDim, kSplitKvWarps>(shared, r, column);
   if (merged.max == -INFINITY) {
@@ -165,7 +165,7 @@ inline int splitkv_heuristic(std::int64_t blocks_per_split, int seqlen_kv, int s
   return 1;
 }
 
-template <typename Element, int kHeadDim, SplitKvFlaw kFlaw>
+template <typename Element, int kHeadDim, SplitKvFlaw kFlaw, KeyReading kReading>
 void launch_splitkv_for(const gpu::AttentionArgs& a, int requested_splits, SplitKvWorkspace& workspace,
                         const gpu::CallSite& site) {
   const int chunks = (a.heads_q / a.heads_kv * a.seqlen_q + kDecodeRows - 1) / kDecodeRows;
@@ -176,7 +176,7 @@ void launch_splitkv_for(const gpu::AttentionArgs& a, int requested_splits, Split
     int device = 0, sms = 0, per_sm = 0;
     gpu::check(cudaGetDevice(&device), "cudaGetDevice", site);
     gpu::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute", site);
-    gpu::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, splitkv_kernel<Element, kHeadDim, kFlaw>,
+    gpu::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, splitkv_kernel<Element, kHeadDim, kFlaw, kReading>,
                                                              kSplitKvWarps * 32, 0),
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor", site);
     return std::max(1, sms * per_sm);
@@ -187,7 +187,7 @@ void launch_splitkv_for(const gpu::AttentionArgs& a, int requested_splits, Split
   float* base = static_cast<float*>(workspace.reserve(
       static_cast<std::size_t>(slots_total * (kHeadDim + 1)) * sizeof(float), a.stream, site));
   const SplitKvPartials partials{base, base + slots_total * kHeadDim, rows};
-  splitkv_kernel<Element, kHeadDim, kFlaw>
+  splitkv_kernel<Element, kHeadDim, kFlaw, kReading>
       <<<dim3(static_cast<unsigned>(blocks_per_split), splits), kSplitKvWarps * 32, 0, a.stream>>>(a, partials, chunks);
   gpu::check_launch("splitkv_kernel", site);
   splitkv_combine_kernel<Element, kHeadDim, kFlaw>
@@ -199,7 +199,8 @@ void launch_splitkv_for(const gpu::AttentionArgs& a, int requested_splits, Split
 template <SplitKvFlaw kFlaw>
 void launch_splitkv(const gpu::AttentionArgs& a, int splits, SplitKvWorkspace& workspace, const gpu::CallSite& site) {
   dispatch_decode(a, [&]<typename Element, int kHeadDim>() {
-    launch_splitkv_for<Element, kHeadDim, kFlaw>(a, splits, workspace, site);
+    if (a.page_table) launch_splitkv_for<Element, kHeadDim, kFlaw, KeyReading::paged>(a, splits, workspace, site);
+    else launch_splitkv_for<Element, kHeadDim, kFlaw, KeyReading::contiguous>(a, splits, workspace, site);
   });
 }
 

@@ -80,6 +80,7 @@
 #include <cstring>
 #include <limits>
 #include <tuple>
+#include <type_traits>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -107,7 +108,7 @@ int injected_build_failures = 0;
 int injected_execute_failures = 0;
 
 // Tensor uids of the variant pack.
-enum Uid : std::int64_t { kQ = 1, kK, kV, kO, kStats, kSeqQ, kSeqKv, kdO, kdQ, kdK, kdV };
+enum Uid : std::int64_t { kQ = 1, kK, kV, kO, kStats, kSeqQ, kSeqKv, kdO, kdQ, kdK, kdV, kPageTableK, kPageTableV };
 
 // Whether the backward hands cuDNN Stats as given (-inf where a row sees no
 // key) instead of +inf there (cudnn_testing).
@@ -123,6 +124,12 @@ constexpr Capabilities kCapabilities = {
     .masks = {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window},
     .gqa = true,
     .varlen = true,
+    // Paged K/V (cuDNN 9.5+: the frontend's page tables, with the padding mask's
+    // lengths). Measured on the H100 (cuDNN 9.14, 2026-11-26): pages of 1, 2,
+    // 16 ... 256 keys run; 3, 7 and 17 are refused at build_operation_graph
+    // ("block size needs to be non-zero and a power of 2").
+    .min_page_size = 1,
+    .page_size_power_of_two = true,
     .lse = true,
     .empty_sequences = false,  // cuDNN takes no zero-length sequence dimension
     // Measured on the H200 (cuDNN 9.14): a NaN in V at a masked key makes that
@@ -277,7 +284,10 @@ class CudnnSdpa final : public gpu::GpuSubject {
                        p.seqlen_q, p.seqlen_kv, p.head_dim, p.head_dim_v, static_cast<int>(p.dtype),
                        static_cast<int>(p.layout), static_cast<int>(p.mask), p.window_left, p.window_right, p.padded(),
                        p.softmax_scale, a.q_seq_stride, a.k_seq_stride, a.o_seq_stride,
-                       p.pass == Pass::bwd ? " bwd" : "");
+                       p.pass == Pass::bwd ? " bwd" : "") +
+           (p.page_size > 0 ? fmt::format(" page={} pages={} per_sequence={}", p.page_size, a.pages,
+                                          a.pages_per_sequence)
+                            : std::string());
   }
 
   // The topology: what the geometries that may share a compiled kernel have in
@@ -291,7 +301,8 @@ class CudnnSdpa final : public gpu::GpuSubject {
     return fmt::format("{}dtype={} d={} dv={} mask={} left={} right={} padded={}", p.pass == Pass::bwd ? "bwd " : "",
                        to_string(p.dtype), p.head_dim,
                        p.head_dim_v, to_string(p.mask), p.window_left >= 0,
-                       p.window_right < 0 ? "none" : (p.window_right == 0 ? "zero" : "set"), p.padded());
+                       p.window_right < 0 ? "none" : (p.window_right == 0 ? "zero" : "set"), p.padded()) +
+           (p.page_size > 0 ? " paged" : "");
   }
 
   // The folder of this cuDNN, frontend and GPU's files ("" without a cache folder).
@@ -454,9 +465,19 @@ class CudnnSdpa final : public gpu::GpuSubject {
                                  .set_stride({batch_stride, head_stride, seq_stride, 1}));
       };
       auto q = tensor("Q", kQ, p.heads_q, p.seqlen_q, p.head_dim, a.q_batch_stride, a.q_head_stride, a.q_seq_stride);
-      auto k = tensor("K", kK, p.heads_kv, p.seqlen_kv, p.head_dim, a.k_batch_stride, a.k_head_stride, a.k_seq_stride);
-      auto v =
-          tensor("V", kV, p.heads_kv, p.seqlen_kv, p.head_dim_v, a.v_batch_stride, a.v_head_stride, a.v_seq_stride);
+      // Paged K/V are containers of pages: [pages, heads_kv, page_size, d].
+      const bool paged = p.page_size > 0;
+      const std::int64_t kv_batch = paged ? a.pages : p.batch, kv_rows = paged ? p.page_size : p.seqlen_kv;
+      auto container = [&](const char* name, Uid uid, std::int64_t dim, std::int64_t batch_stride,
+                           std::int64_t head_stride, std::int64_t seq_stride) {
+        return graph->tensor(fe::graph::Tensor_attributes()
+                                 .set_name(name)
+                                 .set_uid(uid)
+                                 .set_dim({kv_batch, p.heads_kv, kv_rows, dim})
+                                 .set_stride({batch_stride, head_stride, seq_stride, 1}));
+      };
+      auto k = container("K", kK, p.head_dim, a.k_batch_stride, a.k_head_stride, a.k_seq_stride);
+      auto v = container("V", kV, p.head_dim_v, a.v_batch_stride, a.v_head_stride, a.v_seq_stride);
       // The masks and lengths, the same attributes on both passes' nodes.
       const auto set_masks = [&](auto& attributes) {
         if (p.mask == MaskKind::causal_tl) attributes.set_causal_mask(true);
@@ -466,7 +487,7 @@ class CudnnSdpa final : public gpu::GpuSubject {
           if (p.window_left >= 0) attributes.set_diagonal_band_left_bound(static_cast<int>(p.window_left) + 1);
           if (p.window_right >= 0) attributes.set_diagonal_band_right_bound(static_cast<int>(p.window_right));
         }
-        if (p.padded()) {
+        if (p.padded() || paged) {  // a paged cache needs the lengths (the frontend's rule)
           auto lengths = [&](const char* name, Uid uid) {
             return graph->tensor(fe::graph::Tensor_attributes()
                                      .set_name(name)
@@ -477,6 +498,22 @@ class CudnnSdpa final : public gpu::GpuSubject {
           };
           attributes.set_padding_mask(true).set_seq_len_q(lengths("seq_q", kSeqQ)).set_seq_len_kv(
               lengths("seq_kv", kSeqKv));
+        }
+        if constexpr (std::is_same_v<std::decay_t<decltype(attributes)>, fe::graph::SDPA_attributes>) {
+          if (paged) {
+            // One table for K and V: [batch, 1, pages a sequence, 1] INT32.
+            auto table = [&](const char* name, Uid uid) {
+              return graph->tensor(fe::graph::Tensor_attributes()
+                                       .set_name(name)
+                                       .set_uid(uid)
+                                       .set_dim({p.batch, 1, a.pages_per_sequence, 1})
+                                       .set_stride({a.pages_per_sequence, a.pages_per_sequence, 1, 1})
+                                       .set_data_type(fe::DataType_t::INT32));
+            };
+            attributes.set_paged_attention_k_table(table("page_table_k", kPageTableK))
+                .set_paged_attention_v_table(table("page_table_v", kPageTableV))
+                .set_paged_attention_max_seq_len_kv(static_cast<int>(p.seqlen_kv));
+          }
         }
       };
       // LSE (cuDNN's Stats): [batch, heads_q, seqlen_q, 1] f32, packed.
@@ -658,9 +695,13 @@ class CudnnSdpa final : public gpu::GpuSubject {
                                                     {kV, const_cast<void*>(a.v)},
                                                     {kO, a.o},
                                                     {kStats, a.lse}};
-    if (p.padded()) {
+    if (p.padded() || p.page_size > 0) {
       pack[kSeqQ] = const_cast<std::int32_t*>(a.lens_q);
       pack[kSeqKv] = const_cast<std::int32_t*>(a.lens_kv);
+    }
+    if (p.page_size > 0) {
+      pack[kPageTableK] = const_cast<std::int32_t*>(a.page_table);
+      pack[kPageTableV] = const_cast<std::int32_t*>(a.page_table);
     }
     return pack;
   }

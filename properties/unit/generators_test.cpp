@@ -262,6 +262,10 @@ TEST(Generators, PagesAreDrawnOnlyWhereDeclaredAndAsked) {
   sixteen.min_page_size = 16;
   sixteen.page_size_multiple = 16;
   EXPECT_GT(count(sixteen, {.paged = true}), 300 / 8);
+  Capabilities powers = kCpuPlainCapabilities;
+  powers.page_size_power_of_two = true;
+  for (const Problem& p : draw(gen_problem_in(powers, {.paged = true}), 300).problems)
+    EXPECT_EQ(p.page_size & (p.page_size - 1), 0) << to_line(p);
   EXPECT_EQ(count(kCpuPlainCapabilities, {}), 0);
   EXPECT_EQ(count(kMmaLikeCapabilities, {.paged = true}), 0);
 }

@@ -60,6 +60,7 @@ struct Capabilities {
   /// size taken and the multiple page sizes must be (0: contiguous K/V only).
   std::int64_t min_page_size = 0;
   std::int64_t page_size_multiple = 1;
+  bool page_size_power_of_two = false;  // page sizes must be powers of two (cuDNN's block size)
   bool lse = false;     // writes LSE
   std::int64_t seqlen_q_multiple = 1;
   std::int64_t seqlen_kv_multiple = 1;

@@ -49,6 +49,8 @@ class HostTensor {
   }
   /// Fills every element with the dtype's quiet-NaN bit pattern.
   void poison();
+  /// Every element set to `value` (rounded to the dtype).
+  void fill(double value);
 
   /// Raw storage, for copies to a device.
   void* data() { return dtype_ == DType::f32 ? static_cast<void*>(single_.data()) : static_cast<void*>(half_.data()); }

@@ -21,14 +21,22 @@ Inputs generate_inputs(const Problem& problem);
 /// pool of `table`: each sequence's valid keys go to their page's slots, the
 /// first sequence to reach a shared page writing it (a sharing sequence then
 /// reads those keys as the first one's: the logical K/V are the pool's, read
-/// through the table); every slot no valid key reaches (a spare page, the
-/// tail of a sequence's last page) holds NaN, as a serving stack's unwritten
-/// cache may, so that a read past the table is seen.
+/// through the table). Every slot no valid key reaches (a spare page, the
+/// tail of a sequence's last page) holds a poison, as a serving stack's stale
+/// cache holds garbage: NaN in K and V where the problem's values are nan_inf
+/// (its subjects take non-finite inputs), so any read past the table shows,
+/// weighted or not; else zeros, which a masked key weighted by an exact 0
+/// leaves unseen (a tile kernel that loads a page's tail and masks it, as
+/// cuDNN does, is right: a NaN there would be outside its declared domain)
+/// and a read past the table with any weight dilutes O. Zeros, not a large
+/// finite value: the judge's bounds take max |K| and max |V| over the inputs
+/// handed to it, and a poison must not widen them.
 Inputs paged_inputs(const Problem& problem, const Inputs& contiguous, const PageTable& table);
 
 /// The logical, contiguous K and V of paged inputs, read through the table
 /// ([batch, heads_kv, seqlen_kv, dim], the keys past a sequence's length
-/// NaN), with the table emptied; contiguous inputs as they are.
+/// holding paged_inputs' poison), with the table emptied; contiguous inputs
+/// as they are.
 Inputs logical_inputs(const Problem& problem, const Inputs& inputs);
 
 /// Draws dO for a backward problem ([batch, heads_q, seqlen_q, dv], the

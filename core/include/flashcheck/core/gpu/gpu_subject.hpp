@@ -30,6 +30,11 @@ namespace flashcheck::gpu {
 /// One call's device tensors and geometry, as a kernel's launcher receives it.
 /// Strides are in elements, for the [batch, head, seq] axes (the last axis is
 /// contiguous); they encode the layout. LSE is [batch, heads_q, seqlen_q].
+/// A paged K/V cache (Problem::page_size) keeps K and V as pools of `pages`
+/// pages of `page_size` keys: their "batch" strides are then a pool page's,
+/// their "seq" strides a key's within the page, and key j of sequence b lives
+/// in pool page page_table[b * pages_per_sequence + j / page_size], at slot
+/// j % page_size (core/paging.hpp).
 struct AttentionArgs {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -42,11 +47,14 @@ struct AttentionArgs {
   std::int64_t o_batch_stride, o_head_stride, o_seq_stride;
   const std::int32_t* lens_q = nullptr;   // per-sequence lengths on the device, or null
   const std::int32_t* lens_kv = nullptr;
+  const std::int32_t* page_table = nullptr;  // [batch, pages_per_sequence] on the device; null: contiguous K/V
+  int page_size = 0, pages_per_sequence = 0, pages = 0;
   int dtype;  // DType of Q, K, V and O
   int batch, heads_q, heads_kv, seqlen_q, seqlen_kv, head_dim, head_dim_v;
   int mask;  // MaskKind
   int window_left, window_right;
   float scale;
+  float softcap = 0;  // Problem::softcap: s <- softcap tanh(scale s / softcap); 0: none
   cudaStream_t stream;
 };
 
