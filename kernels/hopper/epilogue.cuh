@@ -41,7 +41,7 @@ __device__ __forceinline__ void store_tile(const gpu::AttentionArgs& a, const CU
     const int i = tile.q0 + row0 + 8 * r;
     if (a.lse && lane % 4 == 0 && i < lq)
       a.lse[(static_cast<std::int64_t>(tile.b) * a.heads_q + tile.h) * a.seqlen_q + i] =
-          sum > 0.0f ? state.max[r] * a.scale + logf(sum) : -INFINITY;
+          sum > 0.0f ? state.max[r] * logit_scale<kFlaw>(a) + logf(sum) : -INFINITY;
   }
 
   if (tile.q0 + 64 * c + 64 <= lq) {

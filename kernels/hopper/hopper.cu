@@ -29,6 +29,12 @@
 //  394 (0.75x), 667 (0.91x), 584 (0.93x), 588 (0.91x). Why it stops short of
 //  cuDNN (ncu): docs/perf.md, "The diagnosis of the remaining gap".
 //
+// Softcap (issue 25, v6 otherwise unchanged): C tanh(scale s / C) on each S
+// tile before its mask, an accurate tanh (softmax.cuh). H100, 2026-11-26,
+// `flashcheck bench -s hopper`: B=4 H=16 N=4096 d=128 bf16 softcap=30 1.571 ms
+// (350 TFLOP/s) against 0.899 ms uncapped (612 TFLOP/s, 0.93x cuDNN) in the
+// same run: the tanh's two MUFU operations a logit cost 44% (docs/perf.md).
+//
 // Version 1: TMA into a 2-stage ring on mbarriers, SS wgmma for S, RS wgmma
 // for O, producer + 2 consumers; no overlap, one block per tile.
 //  H200, 2026-11-21, `flashcheck bench` (cuDNN 9.14 in the same run), bf16

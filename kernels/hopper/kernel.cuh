@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tile.q0 >= lq) continue;
     const TileMask<kBlockN, kFlaw> mask(a, tile.q0, kBlockM, tile.q0 + warp_row, lq, lk);
     float o[D / 8][4];  // defined by the first product; never read when the tile has no key
-    OnlineSoftmax softmax(a.scale);
+    OnlineSoftmax softmax = OnlineSoftmax::make<kFlaw>(a);
     if constexpr (kFlaw != HopperFlaw::early_read) mbarrier_wait(smem.q_full(), q_uses & 1);
     consumer.run(mask, ring, o, softmax);
     // The mutant waits only after its products have read Q (which keeps the

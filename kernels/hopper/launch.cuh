@@ -162,6 +162,7 @@ inline constexpr Capabilities kHopperCapabilities = [] {
   c.tile_q = kBlockM;
   c.tile_kv = 128;
   c.min_compute_capability = 90;
+  c.softcap = true;
   return c;
 }();
 

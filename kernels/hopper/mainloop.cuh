@@ -196,6 +196,7 @@ struct Consumer {
     fence_operands(s);
     mbarrier_arrive(smem.k_empty(ring.stage()));
     if (kEarlyQRelease && end == begin + 1) release_q();
+    softmax.apply_softcap(s);
     mask.apply(s, begin);
     softmax.exponentiate(s);  // O is still 0: nothing to rescale
     OnlineSoftmax::to_fragments<T>(s, p);
@@ -216,6 +217,7 @@ struct Consumer {
       fence_operands(s);
       mbarrier_arrive(smem.k_empty(ring.stage()));
       if (kEarlyQRelease && key_tile == end - 1) release_q();
+      softmax.apply_softcap(s);
       mask.apply(s, key_tile);
       const Correction correction = softmax.exponentiate(s);
       wgmma_wait<0>();

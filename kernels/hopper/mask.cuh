@@ -20,6 +20,7 @@ enum class HopperFlaw {
   early_read,      // consumers read the Q stage (refilled every tile) without waiting for its mbarrier
   tail_unmasked,   // the zero-filled keys past the sequence are not masked: S = 0 joins the softmax
   no_proxy_fence,  // O written to shared memory and stored by TMA without fence.proxy.async
+  softcap_before_scale,  // the cap taken of the unscaled q.k (C tanh(q.k / C)), the scale applied after it
 };
 
 template <int kBlockN, HopperFlaw kFlaw>

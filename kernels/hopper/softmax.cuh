@@ -7,17 +7,65 @@
 //                       so it may run while the PV wgmma reads P_{j-1} and writes O;
 //   rescale(O)          O *= exp(old max - new max), after that wgmma completes;
 //   to_fragments(S_j)   P_j as the register A operand of the next PV wgmma.
+// A logit softcap (AttentionArgs::softcap, C > 0) comes first, on the tile's
+// products before the mask: s <- C tanh(scale s / C), after which the
+// softmax's scale is 1 (FlashAttention-3 folds the scale into the cap the
+// same way). tanh is relative-accurate everywhere, as the cap multiplies it
+// back: for |x| < 1/4 its series to x^9 (the next term is below 2^-26 of
+// tanh there), beyond 1 - 2 / (exp2(2 x log2 e) + 1) on ex2.approx (relative
+// error below 2^-19). tanh.approx.f32's relative 2^-11 would move a logit of
+// 30 by 0.015, several times bf16's rounding of P; and the exp form alone
+// loses all relative accuracy near 0, where a large cap puts every logit
+// (measured: softcap=131072 moved an LSE by 5e-3, SoftcapToInfinityIsNone).
 #pragma once
 
 #include "common/softmax.cuh"
+#include "hopper/mask.cuh"
 
 namespace flashcheck::kernels::hopper {
 
+/// tanh(x) with a relative error below 2^-19 (see the file's header). Saturates
+/// to +-1 (exp2 overflows to inf, whose reciprocal is 0); NaN stays NaN.
+__device__ __forceinline__ float softcap_tanh(float x) {
+  const float x2 = x * x;
+  const float series =
+      fmaf(x * x2, fmaf(x2, fmaf(x2, fmaf(x2, 62.0f / 2835.0f, -17.0f / 315.0f), 2.0f / 15.0f), -1.0f / 3.0f), x);
+  const float e = fast_exp2(x * 2.8853900817779268f);  // exp(2x)
+  const float far = 1.0f - __fdividef(2.0f, e + 1.0f);
+  return fabsf(x) < 0.25f ? series : far;
+}
+
+/// The factor between the logits the softmax sees and the scaled logits: the
+/// scale, or 1 once a softcap has applied it (the mutant caps unscaled logits).
+template <HopperFlaw kFlaw>
+__device__ __forceinline__ float logit_scale(const gpu::AttentionArgs& a) {
+  return a.softcap > 0.0f && kFlaw != HopperFlaw::softcap_before_scale ? 1.0f : a.scale;
+}
+
 struct OnlineSoftmax {
   RowState state;
-  float scale_log2;  // softmax scale * log2(e): the exponentials are exp2
+  float scale_log2;   // the logit scale * log2(e): the exponentials are exp2
+  float cap = 0.0f;   // the softcap C (0: none)
+  float cap_in;       // what s is multiplied by inside the tanh: scale / C
 
-  __device__ __forceinline__ explicit OnlineSoftmax(float scale) : scale_log2(scale * 1.4426950408889634f) {}
+  template <HopperFlaw kFlaw>
+  __device__ __forceinline__ static OnlineSoftmax make(const gpu::AttentionArgs& a) {
+    OnlineSoftmax softmax;
+    softmax.scale_log2 = logit_scale<kFlaw>(a) * 1.4426950408889634f;
+    softmax.cap = a.softcap;
+    softmax.cap_in = (kFlaw == HopperFlaw::softcap_before_scale ? 1.0f : a.scale) / a.softcap;
+    return softmax;
+  }
+
+  /// The softcap on a tile of products (before its mask: a masked -inf is set after).
+  template <int kTilesN>
+  __device__ __forceinline__ void apply_softcap(float (&s)[kTilesN][4]) const {
+    if (cap == 0.0f) return;  // block-uniform
+#pragma unroll
+    for (int nt = 0; nt < kTilesN; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = cap * softcap_tanh(s[nt][e] * cap_in);
+  }
 
   template <int kTilesN>
   __device__ __forceinline__ Correction exponentiate(float (&s)[kTilesN][4]) {

@@ -16,6 +16,8 @@ struct Registrations {
                                 "hopper consumers reading the Q stage, refilled every tile, before its mbarrier completes");
     add<HopperFlaw::tail_unmasked>("mutant-hopper-tail-unmasked",
                                    "hopper not masking the zero-filled keys past the sequence in the softmax");
+    add<HopperFlaw::softcap_before_scale>("mutant-hopper-softcap-before-scale",
+                                          "hopper capping the unscaled logits, C tanh(q.k / C), and scaling after");
     add<HopperFlaw::no_proxy_fence>("mutant-hopper-no-proxy-fence",
                                     "hopper storing O by TMA without fence.proxy.async after writing it to shared memory");
     // Measured on the H200 (docs/perf.md, 2026-11-22): every output was right
