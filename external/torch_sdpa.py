@@ -13,6 +13,14 @@ attention backends as four subjects (docs/external-subjects.md):
                    the same kernels under torch.use_deterministic_algorithms(True),
                    which PyTorch documents as making their backward deterministic
 
+  torch-flex       FlexAttention (torch.nn.attention.flex_attention), compiled:
+                   the serving vocabulary's score modifications as a score_mod
+                   (softcap=C: C tanh(s / C) of the scaled logit; alibi=yes:
+                   - slope_h |i + (Lk - Lq) - j|), the masks and lengths as -inf
+                   in the same score_mod. The forward only. torch has no paged
+                   K/V in flex_attention's public call (its paged helper is
+                   experimental): page= stays outside this worker's domain.
+
 Usage, one subject per process: flashcheck external --cmd 'python3 external/torch_sdpa.py'
 --name torch-flash run ... (or --config external/torch_sdpa.json for all six).
 
@@ -68,14 +76,15 @@ sys.dont_write_bytecode = True  # no __pycache__ in the repository's python/src
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "src"))
 from flashcheck_worker import Failed, Hello, Result, Unsupported, serve  # noqa: E402
 
-SUBJECTS = ("torch-flash", "torch-efficient", "torch-cudnn", "torch-math", "torch-flash-det", "torch-efficient-det")
+SUBJECTS = ("torch-flash", "torch-efficient", "torch-cudnn", "torch-math", "torch-flash-det", "torch-efficient-det",
+            "torch-flex")
 
 #: Whether each backend's backward is bitwise repeatable, as PyTorch documents
 #: it (the module's docstring says where): the -det subjects run under
 #: torch.use_deterministic_algorithms(True). flashcheck's determinism property
 #: holds a subject declared deterministic to every bit.
 BACKWARD_DETERMINISTIC = {"torch-flash": False, "torch-efficient": False, "torch-cudnn": False, "torch-math": True,
-                          "torch-flash-det": True, "torch-efficient-det": True}
+                          "torch-flash-det": True, "torch-efficient-det": True, "torch-flex": False}
 
 
 def backend_of(subject):
@@ -87,6 +96,8 @@ def capabilities(subject, torch):
     """Each backend's domain (its sdp_utils checks in torch 2.11; observed on the H200), the
     backward included: the same domain, torch's own checks with requires_grad refusing the rest."""
     caps = forward_capabilities(backend_of(subject), torch)
+    if subject == "torch-flex":  # the forward only: its score_mod's backward is not checked here yet
+        return caps
     # Every backend feeds P and dS to its products in the working dtype: the
     # fused kernels as tensor-core operands, math as autograd in that dtype.
     caps.update(backward=True, backward_deterministic=BACKWARD_DETERMINISTIC[subject],
@@ -117,6 +128,12 @@ def forward_capabilities(subject, torch):
                     lse=True, min_compute_capability=80,
                     known_deviations="dv a multiple of 8; seqlen_kv 1 refused by torch; causal_br, window and "
                                      "per-sequence lengths as an additive -inf bias")
+    if subject == "torch-flex":
+        return dict(common, dtypes=["f32", "f16", "bf16"], head_dims=[16, 32, 64, 128, 256], head_dim_v_equal=True,
+                    masks=["none", "causal_tl", "causal_br", "window"], gqa=True, varlen=True, lse=True,
+                    softcap=True, alibi=True, min_compute_capability=80,
+                    known_deviations="compiled by torch.compile per score_mod topology (the first case of each "
+                                     "compiles for seconds); masks as -inf in the score_mod, not a block mask")
     return dict(common, dtypes=["f32", "f16", "bf16"], min_head_dim=1, max_head_dim=512, max_head_dim_v=512,
                 masks=["none", "causal_tl", "causal_br", "window"], gqa=True, varlen=True, lse=False,
                 min_compute_capability=0,
@@ -286,6 +303,8 @@ class Backend:
                     q, k, v, bias, True, 0.0, causal, False, scale=scale)
                 return out[0], out[1].reshape(q.shape[0], q.shape[1], sq)
             return call, None
+        if self.subject == "torch-flex":
+            return self.prepare_flex(shape, q, k, v, scale, gqa)
         # torch-math: the public function, pinned to the math backend.
         causal = mask == "causal_tl" and not (shape["lens_q"] or shape["lens_kv"])
         attn_mask = None if mask == "none" and not (shape["lens_q"] or shape["lens_kv"]) or causal \
@@ -295,6 +314,40 @@ class Backend:
             with self.sdpa_kernel(self.SDPBackend.MATH):
                 return self.F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal,
                                                            scale=scale, enable_gqa=gqa), None
+        return call, None
+
+    def prepare_flex(self, shape, q, k, v, scale, gqa):
+        """FlexAttention, compiled once per process (dynamic shapes): the score_mod
+        applies the softcap, then ALiBi, then the mask (flashcheck's order:
+        core/problem.hpp), reading tensors captured per call."""
+        torch = self.torch
+        if getattr(self, "flex", None) is None:
+            from torch.nn.attention.flex_attention import flex_attention
+            self.flex = torch.compile(flex_attention, dynamic=True)
+        b, sq, skv = shape["batch"], shape["seqlen_q"], shape["seqlen_kv"]
+        visible = self.visible(shape).view(b, sq, skv)
+        softcap = float(shape.get("softcap", 0.0) or 0.0)
+        alibi = bool(shape.get("alibi", False))
+        lens_q = torch.tensor(shape["lens_q"] or [sq] * b, device=self.device)
+        lens_kv = torch.tensor(shape["lens_kv"] or [skv] * b, device=self.device)
+        offset = lens_kv - lens_q
+        heads = shape["heads_q"]
+        m = 1
+        while m * 2 <= heads:
+            m *= 2
+        slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / m) if h < m else 2.0 ** (-4.0 * (2 * (h - m) + 1) / m)
+                               for h in range(heads)], device=self.device, dtype=torch.float32)
+        cap = torch.tensor(softcap if softcap > 0 else 1.0, device=self.device, dtype=torch.float32)
+
+        def score_mod(score, bi, hi, qi, ki):
+            if softcap > 0:
+                score = cap * torch.tanh(score / cap)
+            if alibi:
+                score = score - slopes[hi] * (qi + offset[bi] - ki).abs()
+            return torch.where(visible[bi, qi, ki], score, -float("inf"))
+
+        def call():  # returned as flex computes them (a row that sees no key: flex's own O and LSE)
+            return self.flex(q, k, v, score_mod=score_mod, scale=scale, enable_gqa=gqa, return_lse=True)
         return call, None
 
     def run(self, request):

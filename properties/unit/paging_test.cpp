@@ -100,8 +100,9 @@ TEST(Paging, TheDrawnTableIsShuffledWithSparePagesAndSharedPrefixes) {
   EXPECT_GT(shuffled_tables, 60);
 }
 
-// The pool holds each valid key once and NaN elsewhere; read back through the
-// table it is the contiguous K and V (sequence 1's shared prefix reads sequence 0's keys).
+// The pool holds each valid key once and the poison elsewhere (zeros for
+// finite values); read back through the table it is the contiguous
+// K and V (sequence 1's shared prefix reads sequence 0's keys).
 TEST(Paging, ThePoolReadBackThroughTheTableIsTheLogicalKeys) {
   for (const Layout layout : {Layout::bhsd, Layout::bshd}) {
     const Problem p = paged_problem(3, layout);
@@ -118,17 +119,27 @@ TEST(Paging, ThePoolReadBackThroughTheTableIsTheLogicalKeys) {
         for (std::int64_t j = 0; j < p.seqlen_kv; ++j)
           for (std::int64_t c = 0; c < p.head_dim; ++c) {
             const double got = logical.k.get(b, hk, j, c);
-            if (j >= p.len_kv(b)) EXPECT_TRUE(std::isnan(got));
+            if (j >= p.len_kv(b)) EXPECT_EQ(got, 0.0);  // the poison of K's unreached slots
             else if (b == 1 && j < shared * 16) EXPECT_EQ(got, generated.k.get(0, hk, j, c));
             else EXPECT_EQ(got, generated.k.get(b, hk, j, c));
           }
-    std::int64_t nan_slots = 0;
+    std::int64_t poisoned_slots = 0;
     for (std::int64_t page = 0; page < in.pages.pages; ++page)
-      for (std::int64_t slot = 0; slot < 16; ++slot) nan_slots += std::isnan(in.v.get(page, 0, slot, 0));
+      for (std::int64_t slot = 0; slot < 16; ++slot)
+        poisoned_slots += in.v.get(page, 0, slot, 0) == 0.0 && in.k.get(page, 0, slot, 0) == 0.0;
     const std::int64_t valid_slots = 70 + 45 - 16 * shared;
-    EXPECT_EQ(nan_slots, in.pages.pages * 16 - valid_slots);
+    EXPECT_EQ(poisoned_slots, in.pages.pages * 16 - valid_slots);
     EXPECT_EQ(paged_inputs(p, logical, in.pages).k, in.k);
   }
+  // Where the values may be non-finite, so are the subjects' domains: the poison is NaN.
+  Problem specials = paged_problem(3);
+  specials.values.family = ValueFamily::nan_inf;
+  const Inputs in = generate_inputs(specials);
+  std::int64_t nan_slots = 0;
+  for (std::int64_t page = 0; page < in.pages.pages; ++page)
+    for (std::int64_t slot = 0; slot < 16; ++slot)
+      nan_slots += std::isnan(in.v.get(page, 0, slot, 0)) && std::isnan(in.k.get(page, 0, slot, 0));
+  EXPECT_GE(nan_slots, in.pages.pages * 16 - (70 + 45));
 }
 
 // cpu_f64, cpu_lowp, the Kokkos reference, cpu-plain and cpu-fa2-tiles give the paged problem
