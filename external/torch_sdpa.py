@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """flashcheck's reference external worker: PyTorch's scaled-dot-product
-attention backends as four subjects (docs/external-subjects.md):
+attention backends, and FlexAttention, as subjects (docs/external-subjects.md):
 
   torch-flash      FlashAttention-2 inside PyTorch (aten::_flash_attention_forward)
   torch-efficient  the memory-efficient (xFormers/CUTLASS) kernel
