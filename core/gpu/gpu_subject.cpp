@@ -276,7 +276,10 @@ RunResult GpuSubject::run(const Problem& p, const Inputs& in) {
     // Inputs must come back bit-identical.
     detail::input_violations({{in.q.data(), in.q.bytes(), &device.q, "Q"},
                               {in.k.data(), in.k.bytes(), &device.k, "K"},
-                              {in.v.data(), in.v.bytes(), &device.v, "V"}},
+                              {in.v.data(), in.v.bytes(), &device.v, "V"},
+                              {in.pages.entries.data(),
+                               static_cast<std::int64_t>(in.pages.entries.size() * sizeof(std::int32_t)),
+                               &device.page_table, "the page table"}},
                              "kernel", site, violations);
     if (!violations.empty()) {
       result.status = Status::error;

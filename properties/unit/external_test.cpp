@@ -121,6 +121,7 @@ TEST(CapabilitiesJson, RoundTripsAndNamesBadKeys) {
   c.gqa = c.lse = c.needs_gpu = c.softcap = c.alibi = true;
   c.min_page_size = 16;
   c.page_size_multiple = 16;
+  c.page_size_power_of_two = true;
   c.max_seqlen_kv = 4096;
   c.compute_dtype = DType::f16;
   std::string deviations;
@@ -265,20 +266,27 @@ TEST(ExternalWorker, AHugeSparseOutputIsRefusedBySizeBeforeItIsRead) {
                                                            << " KiB reading a refused output";
 }
 
-/// The processes whose command line contains `tag`.
+/// The processes whose command line contains `tag`. A process that exits while
+/// its /proc entry is read (another test's, under ctest -j) is skipped: reading
+/// a vanished entry fails with ESRCH, which libstdc++'s filebuf throws
+/// ("basic_filebuf::underflow error reading the file: No such process"; CI,
+/// 2026-11-26).
 std::vector<pid_t> tagged(const std::string& tag) {
   std::vector<pid_t> found;
   for (const auto& entry : fs::directory_iterator("/proc")) {
     const std::string name = entry.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(entry.path() / "cmdline", std::ios::binary);
-    const std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::ifstream stat(entry.path() / "stat");
-    std::string status;
-    std::getline(stat, status);
-    const std::size_t close = status.rfind(')');
-    const bool zombie = close != std::string::npos && close + 2 < status.size() && status[close + 2] == 'Z';
-    if (!zombie && cmdline.find(tag) != std::string::npos) found.push_back(std::stoi(name));
+    try {
+      std::ifstream in(entry.path() / "cmdline", std::ios::binary);
+      const std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      std::ifstream stat(entry.path() / "stat");
+      std::string status;
+      std::getline(stat, status);
+      const std::size_t close = status.rfind(')');
+      const bool zombie = close != std::string::npos && close + 2 < status.size() && status[close + 2] == 'Z';
+      if (!zombie && cmdline.find(tag) != std::string::npos) found.push_back(std::stoi(name));
+    } catch (const std::ios_base::failure&) {  // the process exited meanwhile: not one of the tagged
+    }
   }
   return found;
 }

@@ -205,6 +205,15 @@ TEST(Paging, ASubjectWithoutPagesRefusesThem) {
   EXPECT_NE(unsupported_reason(caps, paged_problem(1))->find("at least 32"), std::string::npos);
   caps.min_page_size = 16;
   EXPECT_EQ(unsupported_reason(caps, paged_problem(1)), std::nullopt);
+  // Powers of two only (cuDNN's page tables): 16 is one, 17 and 48 are not.
+  caps.min_page_size = 1;
+  caps.page_size_power_of_two = true;
+  EXPECT_EQ(unsupported_reason(caps, paged_problem(1)), std::nullopt);
+  for (const std::int64_t size : {17, 48}) {
+    Problem odd = paged_problem(1);
+    odd.page_size = size;
+    EXPECT_NE(unsupported_reason(caps, odd)->find("powers of two"), std::string::npos) << size;
+  }
   Problem backward = paged_problem(1);  // built, not parsed: parse_problem refuses it first
   backward.pass = Pass::bwd;
   EXPECT_NE(unsupported_reason(caps, backward)->find("the forward's"), std::string::npos);

@@ -3,12 +3,14 @@
 // launcher and its Capabilities:
 //   - the domain check (unsupported without launching), and the device check
 //     (unavailable without a usable device of the declared compute capability);
-//   - inputs uploaded in the problem's dtype and layout;
+//   - inputs uploaded in the problem's dtype and layout (a paged problem's
+//     pools and its page table: AttentionArgs::page_table);
 //   - O and LSE in guarded buffers, poisoned before the call;
 //   - after the call: every CUDA error checked (a sticky one is a `fault`),
 //     guard bands intact (else an out-of-bounds write), no valid output element
-//     still poisoned (else an unwritten output), inputs bit-identical (else an
-//     input modification). Any violation makes the run an `error` naming it.
+//     still poisoned (else an unwritten output), inputs bit-identical, the
+//     page table included (else an input modification). Any violation makes
+//     the run an `error` naming it.
 // The backward (pass=bwd, for a subject whose Capabilities declare one) the
 // same way: Q, K, V, O, dO and the handed LSE uploaded (core/backward.hpp
 // says where O and LSE come from), dQ, dK and dV guarded and poisoned, the
