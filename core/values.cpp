@@ -190,20 +190,27 @@ HostTensor generate_dout(const Problem& p) {
   return dout;
 }
 
+namespace {
+
+// The poison of K/V slots no valid key reaches (values.hpp says why these).
+void poison_unreached(const Problem& p, HostTensor& tensor) {
+  if (p.values.family == ValueFamily::nan_inf) tensor.poison();
+  else tensor.fill(0.0);
+}
+
+}  // namespace
+
 Inputs paged_inputs(const Problem& p, const Inputs& contiguous, const PageTable& table) {
   if (const std::string mismatch = page_table_mismatch(p, table); !mismatch.empty() || !table.paged())
     throw std::invalid_argument("paged_inputs: " + (mismatch.empty() ? std::string("no page table") : mismatch));
   Inputs in{contiguous.q, {}, {}, table};
-  // The unreached slots' poison (values.hpp says why these).
-  const bool nonfinite = p.values.family == ValueFamily::nan_inf;
-  const auto pool = [&](const HostTensor& logical, double finite_poison) {
+  const auto pool = [&](const HostTensor& logical) {
     HostTensor out(logical.dtype(), logical.layout(), table.pages, logical.heads(), table.page_size, logical.dim());
-    if (nonfinite) out.poison();
-    else out.fill(finite_poison);
+    poison_unreached(p, out);
     return out;
   };
-  in.k = pool(contiguous.k, 0.0);
-  in.v = pool(contiguous.v, 0.0);
+  in.k = pool(contiguous.k);
+  in.v = pool(contiguous.v);
   std::vector<char> written(static_cast<std::size_t>(table.pages * table.page_size), 0);
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t j = 0; j < p.len_kv(b); ++j) {
@@ -224,14 +231,9 @@ Inputs logical_inputs(const Problem& p, const Inputs& inputs) {
   const PageTable& table = inputs.pages;
   Inputs in{inputs.q, HostTensor(inputs.k.dtype(), inputs.k.layout(), p.batch, p.heads_kv, p.seqlen_kv, inputs.k.dim()),
             HostTensor(inputs.v.dtype(), inputs.v.layout(), p.batch, p.heads_kv, p.seqlen_kv, inputs.v.dim()), {}};
-  // Keys past a sequence's length hold the pool's poison (paged_inputs).
-  if (p.values.family == ValueFamily::nan_inf) {
-    in.k.poison();
-    in.v.poison();
-  } else {
-    in.k.fill(0.0);
-    in.v.fill(0.0);
-  }
+  // Keys past a sequence's length hold the pool's poison.
+  poison_unreached(p, in.k);
+  poison_unreached(p, in.v);
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t j = 0; j < p.len_kv(b); ++j) {
       const std::int64_t page = table.page_of(b, j), slot = table.slot_of(j);
