@@ -15,7 +15,7 @@ void add_bench(CLI::App& app, int& exit_code) {
   auto lines = std::make_shared<std::vector<std::string>>();
   auto file = std::make_shared<std::string>();
   auto no_peer = std::make_shared<bool>(false);
-  auto peer = std::make_shared<std::string>(kDefaultPeer);
+  auto peer = std::make_shared<std::vector<std::string>>(kDefaultPeers);
   auto* command = app.add_subcommand(
       "bench", "Time subjects on problems: the machine's ceilings first (cuBLAS GEMM, device copy), then CUDA events "
                "around each launch, median/min/max, cuDNN alongside");
@@ -60,7 +60,7 @@ void add_bench(CLI::App& app, int& exit_code) {
         exit_code = code;
         return;
       }
-    options->peer = resolve_peer(*peer, *no_peer);
+    options->peers = resolve_peers(*peer, *no_peer);
     // "problem i/n: subject" on stderr while each is timed (a terminal only),
     // and the timing's deadline: a subject that hangs ends the run (exit 1).
     auto progress = std::make_shared<Progress>(true);

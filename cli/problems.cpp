@@ -1,5 +1,6 @@
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -65,23 +66,32 @@ std::vector<Subject*> resolve_subjects(const std::vector<std::string>& names, bo
   return subjects;
 }
 
-void add_peer(CLI::App& command, std::string& name, bool& none) {
-  command.add_option("--peer", name,
-                     "The subject compared with on every half-precision case: its errors beside the subject's,\n"
-                     "its time beside the subject's in bench")
-      ->type_name("NAME")
+void add_peer(CLI::App& command, std::vector<std::string>& names, bool& none) {
+  command.add_option("--peer", names,
+                     "The subjects compared with on every half-precision and fp8 case, the first whose domain\n"
+                     "holds the case: its errors beside the subject's, its time beside the subject's in bench")
+      ->delimiter(',')
+      ->type_name("NAME,...")
       ->capture_default_str();
   command.add_flag("--no-peer", none,
                    "Compare with no peer: under compute-sanitizer, say, so that its findings are the subject's own");
 }
 
-Subject* resolve_peer(const std::string& name, bool none) {
-  if (none) return nullptr;
+std::vector<Subject*> resolve_peers(const std::vector<std::string>& names, bool none) {
+  std::vector<Subject*> peers;
+  if (none) return peers;
   ensure_external_registered();
-  if (Subject* peer = Registry::instance().find(name)) return peer;
-  if (name == kDefaultPeer) return nullptr;  // not built in (a CPU build): no peer, as --no-peer
-  const std::string shown = name.size() <= 80 ? name : name.substr(0, 80) + "...";
-  throw std::invalid_argument(fmt::format("--peer: unknown subject '{}' (flashcheck list shows them)", shown));
+  for (const std::string& name : names) {
+    if (Subject* peer = Registry::instance().find(name)) {
+      peers.push_back(peer);
+      continue;
+    }
+    // A default peer not built in (a CPU build) is left out, as --no-peer.
+    if (std::find(kDefaultPeers.begin(), kDefaultPeers.end(), name) != kDefaultPeers.end()) continue;
+    const std::string shown = name.size() <= 80 ? name : name.substr(0, 80) + "...";
+    throw std::invalid_argument(fmt::format("--peer: unknown subject '{}' (flashcheck list shows them)", shown));
+  }
+  return peers;
 }
 
 void print_subject_stats() {

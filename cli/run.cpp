@@ -121,7 +121,7 @@ void print_case(const CaseResult& r) {
 /// `kokkos` is the reference on those rows, computed once per problem.
 void print_triangulation(const CaseResult& r, const AttentionRows& kokkos) {
   const AttentionRows subject = gather_rows(r.problem, r.outputs, r.rows);
-  const DType dtype = r.problem.dtype;
+  const DType dtype = output_dtype(r.problem.dtype);
   const auto line = [](std::string_view pair, const CaseMetrics& m) {
     const std::int64_t census = m.o.census.mismatches + (m.has_lse ? m.lse.census.mismatches : 0);
     fmt::print("    {:<22} {:.3e} ({:.3e}){}\n", pair, m.o.errors.max_abs, m.has_lse ? m.lse.errors.max_abs : 0.0,
@@ -176,7 +176,7 @@ int run_cases(const RunOptions& options) {
 
   JudgeOptions judge_options;
   judge_options.max_rows = options.max_rows;
-  judge_options.peer = resolve_peer(options.peer, options.no_peer);
+  judge_options.peers = resolve_peers(options.peers, options.no_peer);
   judge_options.keep_outputs = options.kokkos;
   judge_options.every_row = judge_every_row_option(options.every_row);
   if (options.kokkos && !kokkos_available())
@@ -317,7 +317,7 @@ void add_run(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))
       ->capture_default_str();
   command->add_flag("-q,--quiet", options->quiet, "One line per passing case (a failure is printed whole)");
-  add_peer(*command, options->peer, options->no_peer);
+  add_peer(*command, options->peers, options->no_peer);
   command->add_flag("--kokkos", options->kokkos,
                     "Also triangulate: the subject against the Kokkos reference, and cpu_f64 against it, on the\n"
                     "checked rows (to tell a subject's bug from an oracle's)");

@@ -91,6 +91,8 @@ constexpr Limits limits_of(DType dtype) {
   switch (dtype) {
     case DType::f16: return {11, -14, 15};
     case DType::bf16: return {8, -126, 127};
+    case DType::e4m3: return {4, -6, 8};
+    case DType::e5m2: return {3, -14, 15};
     case DType::f32: break;
   }
   return {24, -126, 127};
@@ -103,6 +105,8 @@ std::string_view to_string(DType dtype) {
     case DType::f32: return "f32";
     case DType::f16: return "f16";
     case DType::bf16: return "bf16";
+    case DType::e4m3: return "e4m3";
+    case DType::e5m2: return "e5m2";
   }
   return "?";
 }
@@ -111,14 +115,17 @@ std::optional<DType> parse_dtype(std::string_view text) {
   if (text == "f32") return DType::f32;
   if (text == "f16") return DType::f16;
   if (text == "bf16") return DType::bf16;
+  if (text == "e4m3") return DType::e4m3;
+  if (text == "e5m2") return DType::e5m2;
   return std::nullopt;
 }
 
-int storage_bytes(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
+int storage_bytes(DType dtype) { return dtype == DType::f32 ? 4 : is_fp8(dtype) ? 1 : 2; }
 
 double unit_roundoff(DType dtype) { return std::ldexp(1.0, -limits_of(dtype).precision); }
 
 double max_finite(DType dtype) {
+  if (dtype == DType::e4m3) return 448;  // S.1111.111 is NaN: the top binade stops at 1.75 x 2^8
   const Limits l = limits_of(dtype);
   return std::ldexp(2.0 - std::ldexp(1.0, 1 - l.precision), l.emax);
 }
@@ -227,6 +234,14 @@ double e5m2_bits_to_double(std::uint8_t bits) {
   return std::isnan(value) ? std::copysign(value, (bits & 0x80) ? -1.0 : 1.0) : value;
 }
 
+std::uint8_t fp8_bits_from_double(DType dtype, double x) {
+  return dtype == DType::e5m2 ? e5m2_bits_from_double(x) : e4m3_bits_from_double(x);
+}
+
+double fp8_bits_to_double(DType dtype, std::uint8_t bits) {
+  return dtype == DType::e5m2 ? e5m2_bits_to_double(bits) : e4m3_bits_to_double(bits);
+}
+
 std::uint16_t half_bits_from_double(DType dtype, double x) {
   return dtype == DType::bf16 ? bf16_bits_from_double(x) : f16_bits_from_double(x);
 }
@@ -240,6 +255,8 @@ double round_to(DType dtype, double x) {
     case DType::f32: return static_cast<double>(static_cast<float>(x));  // IEEE RNE
     case DType::f16: return f16_bits_to_double(f16_bits_from_double(x));
     case DType::bf16: return bf16_bits_to_double(bf16_bits_from_double(x));
+    case DType::e4m3:
+    case DType::e5m2: return fp8_bits_to_double(dtype, fp8_bits_from_double(dtype, x));  // saturating, as cvt.satfinite
   }
   return x;
 }

@@ -295,10 +295,11 @@ Problem make_problem(std::int64_t batch, std::int64_t heads_q, std::int64_t head
 
 double Problem::storage_bytes() const {
   const double element = flashcheck::storage_bytes(dtype);
-  const double tensors = static_cast<double>(batch) *
-                         (static_cast<double>(heads_q) * seqlen_q * (head_dim + head_dim_v) +
-                          static_cast<double>(heads_kv) * seqlen_kv * (head_dim + head_dim_v));
-  return tensors * element + static_cast<double>(batch) * heads_q * seqlen_q * 4.0;
+  const double output = flashcheck::storage_bytes(output_dtype(dtype));  // O: bf16 for fp8 inputs
+  const double rows = static_cast<double>(batch) * static_cast<double>(heads_q) * static_cast<double>(seqlen_q);
+  const double inputs = rows * static_cast<double>(head_dim) +
+                        static_cast<double>(batch) * heads_kv * seqlen_kv * static_cast<double>(head_dim + head_dim_v);
+  return inputs * element + rows * static_cast<double>(head_dim_v) * output + rows * 4.0;
 }
 
 BadInput::BadInput(std::string field, const std::string& reason, std::string location)
@@ -377,7 +378,7 @@ Problem parse_problem(std::string_view line) {
   p.head_dim = parse_int("d", fields["d"]);
   p.head_dim_v = fields.count("dv") ? parse_int("dv", fields["dv"]) : p.head_dim;
   auto dtype = parse_dtype(fields["dtype"]);
-  if (!dtype) throw BadInput("dtype", fmt::format("unknown dtype {} (known: f32, f16, bf16)", quoted(fields["dtype"])));
+  if (!dtype) throw BadInput("dtype", fmt::format("unknown dtype {} (known: f32, f16, bf16, e4m3, e5m2)", quoted(fields["dtype"])));
   p.dtype = *dtype;
   if (fields.count("layout")) {
     const auto text = fields["layout"];
@@ -482,6 +483,8 @@ void validate(const Problem& p) {
     throw BadInput("page", fmt::format("{} must be >= 1 keys a page, or 0 for contiguous K/V", p.page_size));
   if (p.page_size > 0 && p.pass == Pass::bwd)
     throw BadInput("page", "a paged K/V cache is the forward's (serving); pass=bwd takes contiguous K/V");
+  if (is_fp8(p.dtype) && p.pass == Pass::bwd)
+    throw BadInput("dtype", fmt::format("{} is the forward's (serving); pass=bwd takes f32, f16 or bf16", to_string(p.dtype)));
   validate_dist("values", p.values);
   if (p.pass == Pass::bwd) validate_dist("dout", p.dout);
   else if (p.dout != Problem{}.dout) throw BadInput("dout", "dO is drawn for pass=bwd only");
@@ -499,7 +502,7 @@ double estimated_memory_bytes(const Problem& p) {
   const double keys = static_cast<double>(p.batch) * static_cast<double>(p.heads_kv) * static_cast<double>(p.seqlen_kv);
   const double d = static_cast<double>(p.head_dim), dv = static_cast<double>(p.head_dim_v);
   const double inputs = (rows * d + keys * (d + dv)) * element;
-  const double outputs = 2.0 * rows * (dv * element + 4.0);  // subject and peer: O stored, LSE f32
+  const double outputs = 2.0 * rows * (dv * flashcheck::storage_bytes(output_dtype(p.dtype)) + 4.0);  // subject and peer: O stored, LSE f32
   // The judge compares every row up to 1024 per sequence, else a sample of
   // 1024 (JudgeOptions::max_rows' default, oracles/judge.hpp).
   constexpr double kComparedRowsPerSequence = 1024;

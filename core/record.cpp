@@ -181,7 +181,7 @@ void to_json(json& j, const Verdict& v) {
 }
 
 void to_json(json& j, const LogitCondition& c) {
-  j = {{"head_dim", c.head_dim},   {"input_unit", number(c.input_unit)},
+  j = {{"head_dim", c.head_dim},   {"input_unit", number(c.input_unit)}, {"product_unit", number(c.product_unit)},
        {"o_max", number(c.o_max)}, {"o_rms", number(c.o_rms)},
        {"lse_max", number(c.lse_max)}, {"lse_rms", number(c.lse_rms)},
        {"accumulation_o", number(c.accumulation_o)}, {"accumulation_lse", number(c.accumulation_lse)}};
@@ -511,7 +511,8 @@ LogitCondition read_condition(const json& j, std::string_view where) {
   object(j, where);
   LogitCondition c;
   c.head_dim = optional_integer(j, "head_dim", where).value_or(c.head_dim);
-  for (auto [key, field] : {std::pair{"input_unit", &c.input_unit}, {"o_max", &c.o_max}, {"o_rms", &c.o_rms},
+  for (auto [key, field] : {std::pair{"input_unit", &c.input_unit}, {"product_unit", &c.product_unit},
+                            {"o_max", &c.o_max}, {"o_rms", &c.o_rms},
                             {"lse_max", &c.lse_max}, {"lse_rms", &c.lse_rms}, {"accumulation_o", &c.accumulation_o},
                             {"accumulation_lse", &c.accumulation_lse}})
     *field = optional_real(j, key, where).value_or(0.0);

@@ -62,6 +62,7 @@ std::optional<std::string> unsupported_reason(const Capabilities& caps, const Pr
     if (empty) return std::string("empty sequences are not supported");
   }
   if (p.seqlen_q > caps.max_seqlen_q) return fmt::format("seqlen_q {} is above {}", p.seqlen_q, caps.max_seqlen_q);
+  if (p.seqlen_q < caps.min_seqlen_q) return fmt::format("seqlen_q {} is below {}", p.seqlen_q, caps.min_seqlen_q);
   if (p.seqlen_kv > caps.max_seqlen_kv) return fmt::format("seqlen_kv {} is above {}", p.seqlen_kv, caps.max_seqlen_kv);
   return std::nullopt;
 }
@@ -82,10 +83,16 @@ std::optional<double> stated_input_magnitude(const Problem& p) {
 }
 
 std::optional<std::string> declared_deviation(const Capabilities& caps, const Problem& p, double max_abs_v) {
-  if (caps.accumulator_max <= 0) return std::nullopt;
+  const bool fp8_limit = caps.fp8_accumulator_keys > 0 && is_fp8(p.dtype);
+  if (caps.accumulator_max <= 0 && !fp8_limit) return std::nullopt;
   std::int64_t keys = 0;  // the most keys one row sees
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t i = 0; i < p.len_q(b); ++i) keys = std::max(keys, visible_key_range(p, b, i).count());
+  if (fp8_limit && keys > caps.fp8_accumulator_keys)
+    return fmt::format("declared limit: O accumulates in the fp8 tensor cores' accumulator, exact to {} keys a row; "
+                       "a row here sees {}",
+                       caps.fp8_accumulator_keys, keys);
+  if (caps.accumulator_max <= 0) return std::nullopt;
   const double reach = max_abs_v * static_cast<double>(keys);
   if (!(reach > caps.accumulator_max)) return std::nullopt;
   return fmt::format("declared limit: the unnormalised softmax accumulator holds |x| <= {:.3g}, and max |V| {:.3g} "
@@ -113,7 +120,7 @@ std::optional<BackwardResult> refuse_backward_outside(const Capabilities& caps, 
 
 std::string describe(const Capabilities& caps) {
   std::vector<std::string_view> dtypes, masks, layouts;
-  for (DType t : {DType::f32, DType::f16, DType::bf16})
+  for (DType t : kDTypes)
     if (caps.dtypes.contains(t)) dtypes.push_back(to_string(t));
   for (MaskKind m : {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window})
     if (caps.masks.contains(m)) masks.push_back(to_string(m));
@@ -136,6 +143,7 @@ std::string describe(const Capabilities& caps) {
   if (caps.seqlen_q_multiple > 1 || caps.seqlen_kv_multiple > 1)
     text += fmt::format(" seqlen_multiple={}/{}", caps.seqlen_q_multiple, caps.seqlen_kv_multiple);
   if (caps.max_seqlen_q < std::numeric_limits<std::int32_t>::max()) text += fmt::format(" sq<={}", caps.max_seqlen_q);
+  if (caps.min_seqlen_q > 0) text += fmt::format(" sq>={}", caps.min_seqlen_q);
   if (caps.max_seqlen_kv < std::numeric_limits<std::int32_t>::max()) text += fmt::format(" skv<={}", caps.max_seqlen_kv);
   if (caps.compute_dtype) text += fmt::format(" computes_in={}", to_string(*caps.compute_dtype));
   text += caps.needs_gpu ? fmt::format(" device=gpu(sm_{}+)", caps.min_compute_capability) : " device=cpu";
@@ -155,6 +163,10 @@ std::string describe(const Capabilities& caps) {
   }
   if (!caps.forward_from.empty()) text += fmt::format(" forward_from={}", caps.forward_from);
   if (caps.accumulator_max > 0) text += fmt::format(" accumulator_max={:.3g}", caps.accumulator_max);
+  if (caps.fp8_output) text += " fp8_output";
+  if (caps.fp8_accumulator_keys > 0) text += fmt::format(" fp8_accumulator_keys={}", caps.fp8_accumulator_keys);
+  if (caps.product_accumulation_unit > 0)
+    text += fmt::format(" product_unit=2^{}", static_cast<int>(std::lround(std::log2(caps.product_accumulation_unit))));
   if (!caps.known_deviations.empty()) text += fmt::format(" deviations=\"{}\"", caps.known_deviations);
   return text;
 }

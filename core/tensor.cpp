@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <stdexcept>
+#include <string>
 
 #include "flashcheck/core/random.hpp"
 
@@ -20,13 +22,25 @@ HostTensor::HostTensor(DType dtype, Layout layout, std::int64_t batch, std::int6
                        std::int64_t dim)
     : dtype_(dtype), layout_(layout), batch_(batch), heads_(heads), seqlen_(seqlen), dim_(dim) {
   if (dtype == DType::f32) single_.assign(size(), 0.0f);
+  else if (is_fp8(dtype)) byte_.assign(size(), 0);
   else half_.assign(size(), 0);
+}
+
+void HostTensor::set_descale(double descale) {
+  if (!(std::isfinite(descale) && descale > 0))
+    throw std::invalid_argument("HostTensor::set_descale: the factor must be finite and > 0, not " +
+                                std::to_string(descale));
+  if (!is_fp8(dtype_) && descale != 1)
+    throw std::invalid_argument("HostTensor::set_descale: only an fp8 tensor has a descale factor");
+  descale_ = descale;
 }
 
 void HostTensor::read_row(std::int64_t b, std::int64_t h, std::int64_t s, double* out) const {
   const std::int64_t base = offset(b, h, s, 0);
   if (dtype_ == DType::f32) {
     for (std::int64_t c = 0; c < dim_; ++c) out[c] = single_[base + c];
+  } else if (is_fp8(dtype_)) {
+    for (std::int64_t c = 0; c < dim_; ++c) out[c] = load(base + c);
   } else {
     for (std::int64_t c = 0; c < dim_; ++c) out[c] = half_bits_to_double(dtype_, half_[base + c]);
   }
@@ -36,6 +50,9 @@ void HostTensor::read_row(std::int64_t b, std::int64_t h, std::int64_t s, float*
   const std::int64_t base = offset(b, h, s, 0);
   if (dtype_ == DType::f32) {
     std::copy_n(single_.data() + base, dim_, out);
+  } else if (is_fp8(dtype_)) {
+    // An fp8 value times a power-of-two descale is exact in f32 (short of f32's range).
+    for (std::int64_t c = 0; c < dim_; ++c) out[c] = static_cast<float>(load(base + c));
   } else {
     // f16 and bf16 values are exact in f32.
     for (std::int64_t c = 0; c < dim_; ++c) out[c] = static_cast<float>(half_bits_to_double(dtype_, half_[base + c]));
@@ -44,7 +61,7 @@ void HostTensor::read_row(std::int64_t b, std::int64_t h, std::int64_t s, float*
 
 bool HostTensor::operator==(const HostTensor& other) const {
   if (dtype_ != other.dtype_ || layout_ != other.layout_ || batch_ != other.batch_ || heads_ != other.heads_ ||
-      seqlen_ != other.seqlen_ || dim_ != other.dim_)
+      seqlen_ != other.seqlen_ || dim_ != other.dim_ || descale_ != other.descale_)
     return false;
   // An empty vector's data() may be null, and memcmp on null is undefined even for 0 bytes.
   return bytes() == 0 || std::memcmp(data(), other.data(), static_cast<std::size_t>(bytes())) == 0;
@@ -52,17 +69,19 @@ bool HostTensor::operator==(const HostTensor& other) const {
 
 void HostTensor::poison() {
   if (dtype_ == DType::f32) std::fill(single_.begin(), single_.end(), std::numeric_limits<float>::quiet_NaN());
+  else if (is_fp8(dtype_)) std::fill(byte_.begin(), byte_.end(), fp8_bits_from_double(dtype_, std::numeric_limits<double>::quiet_NaN()));
   else std::fill(half_.begin(), half_.end(), half_bits_from_double(dtype_, std::numeric_limits<double>::quiet_NaN()));
 }
 
 void HostTensor::fill(double value) {
   if (dtype_ == DType::f32) std::fill(single_.begin(), single_.end(), static_cast<float>(value));
+  else if (is_fp8(dtype_)) std::fill(byte_.begin(), byte_.end(), fp8_bits_from_double(dtype_, value / descale_));
   else std::fill(half_.begin(), half_.end(), half_bits_from_double(dtype_, value));
 }
 
 Outputs make_outputs(const Problem& p) {
   Outputs out;
-  out.o = HostTensor(p.dtype, p.layout, p.batch, p.heads_q, p.seqlen_q, p.head_dim_v);
+  out.o = HostTensor(output_dtype(p.dtype), p.layout, p.batch, p.heads_q, p.seqlen_q, p.head_dim_v);
   out.o.poison();
   out.lse.assign(p.lse_elements(), std::numeric_limits<float>::quiet_NaN());
   return out;

@@ -14,9 +14,17 @@ double noise_floor(DType dtype, double scale) {
 }
 
 double logit_noise(const LogitCondition& condition, double value) {
+  const double steps = std::ceil(static_cast<double>(condition.head_dim) / kProductStepK);
   return kLogitRoundings *
-         (unit_roundoff(DType::f32) * std::sqrt(static_cast<double>(condition.head_dim)) + 2 * condition.input_unit) *
+         (unit_roundoff(DType::f32) * std::sqrt(static_cast<double>(condition.head_dim)) + 2 * condition.input_unit +
+          steps * condition.product_unit) *
          value;
+}
+
+double lse_logit_noise(const LogitCondition& condition, double value) {
+  const auto d = static_cast<double>(condition.head_dim);
+  return logit_noise(condition, value) +
+         kLogitRoundings * (d - std::ceil(d / kProductStepK)) * condition.product_unit * value;
 }
 
 double accumulation_noise(double scale) { return kAccumulationRoundings * unit_roundoff(DType::f32) * scale; }
@@ -48,7 +56,7 @@ Bounds rule_bounds(const CaseMetrics& baseline, DType out_dtype, const LogitCond
   if (baseline.has_lse) {
     const auto& lse = baseline.lse.errors;
     bounds.lse =
-        kBaselineFactor * lse.max_abs + noise_floor(kLseDtype, lse.ref_max_abs) + logit_noise(condition, condition.lse_max) +
+        kBaselineFactor * lse.max_abs + noise_floor(kLseDtype, lse.ref_max_abs) + lse_logit_noise(condition, condition.lse_max) +
         accumulation_noise(condition.accumulation_lse);
   }
   return bounds;
@@ -70,10 +78,10 @@ Verdict decide(const CaseMetrics& subject, const CaseMetrics& baseline, DType ou
     const auto& sl = subject.lse.errors;
     const auto& bl = baseline.lse.errors;
     verdict.checks.push_back(check("lse.max_abs", sl.max_abs, bl.max_abs,
-                                   noise_floor(kLseDtype, bl.ref_max_abs) + logit_noise(condition, condition.lse_max) +
+                                   noise_floor(kLseDtype, bl.ref_max_abs) + lse_logit_noise(condition, condition.lse_max) +
                                        accumulation_noise(condition.accumulation_lse)));
     verdict.checks.push_back(check("lse.rmse", sl.rmse, bl.rmse,
-                                   noise_floor(kLseDtype, bl.ref_rms) + logit_noise(condition, condition.lse_rms) +
+                                   noise_floor(kLseDtype, bl.ref_rms) + lse_logit_noise(condition, condition.lse_rms) +
                                        accumulation_noise(condition.accumulation_lse)));
   }
   // The bias check, on O: |mean signed error| (subject, baseline), gated by the

@@ -141,6 +141,28 @@ struct Generator {
     return 0.0;
   }
 
+  // An fp8 tensor's descale: the power of two that brings the largest finite
+  // |x| of the drawn values into the format's top binade, 2^ceil(log2(amax /
+  // max_finite)) (1 when every value is 0 or non-finite). A power of two keeps
+  // x / descale exact, so the only rounding is the format's; a framework's
+  // amax / max_finite differs from it by less than a factor 2.
+  double fp8_descale(Which which, const HostTensor& tensor) const {
+    const std::int64_t rows = tensor.batch() * tensor.heads() * tensor.seqlen();
+    double amax = 0;
+#pragma omp parallel for schedule(static) reduction(max : amax) if (tensor.size() > kParallelElements)
+    for (std::int64_t row = 0; row < rows; ++row) {
+      const std::int64_t s = row % tensor.seqlen();
+      const std::int64_t h = (row / tensor.seqlen()) % tensor.heads();
+      const std::int64_t b = row / (tensor.seqlen() * tensor.heads());
+      for (std::int64_t c = 0; c < tensor.dim(); ++c)
+        if (const double x = std::abs(value(which, b, h, s, c)); std::isfinite(x)) amax = std::max(amax, x);
+    }
+    if (amax == 0) return 1;
+    int exponent = 0;
+    const double fraction = std::frexp(amax / max_finite(tensor.dtype()), &exponent);  // fraction in [0.5, 1)
+    return std::ldexp(1.0, fraction == 0.5 ? exponent - 1 : exponent);
+  }
+
   // nan_inf always injects at least one special value into V, at a position
   // chosen by the geometry seed, so that small problems are not left clean.
   bool forced_special(Which which, std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t c) const {
@@ -151,6 +173,7 @@ struct Generator {
   }
 
   void fill(Which which, HostTensor& tensor) const {
+    if (is_fp8(tensor.dtype())) tensor.set_descale(fp8_descale(which, tensor));
     const std::int64_t rows = tensor.batch() * tensor.heads() * tensor.seqlen();
     // Threads only pay off past a few thousand elements; below that, spinning
     // up a team (and its busy-waiting) costs more than the work.
@@ -206,6 +229,7 @@ Inputs paged_inputs(const Problem& p, const Inputs& contiguous, const PageTable&
   Inputs in{contiguous.q, {}, {}, table};
   const auto pool = [&](const HostTensor& logical) {
     HostTensor out(logical.dtype(), logical.layout(), table.pages, logical.heads(), table.page_size, logical.dim());
+    out.set_descale(logical.descale());
     poison_unreached(p, out);
     return out;
   };
@@ -231,6 +255,8 @@ Inputs logical_inputs(const Problem& p, const Inputs& inputs) {
   const PageTable& table = inputs.pages;
   Inputs in{inputs.q, HostTensor(inputs.k.dtype(), inputs.k.layout(), p.batch, p.heads_kv, p.seqlen_kv, inputs.k.dim()),
             HostTensor(inputs.v.dtype(), inputs.v.layout(), p.batch, p.heads_kv, p.seqlen_kv, inputs.v.dim()), {}};
+  in.k.set_descale(inputs.k.descale());
+  in.v.set_descale(inputs.v.descale());
   // Keys past a sequence's length hold the pool's poison.
   poison_unreached(p, in.k);
   poison_unreached(p, in.v);

@@ -9,7 +9,6 @@ namespace flashcheck::external {
 
 namespace {
 
-constexpr DType kDTypes[] = {DType::f32, DType::f16, DType::bf16};
 constexpr MaskKind kMasks[] = {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window};
 constexpr Layout kLayouts[] = {Layout::bhsd, Layout::bshd};
 
@@ -59,9 +58,13 @@ nlohmann::json to_json(const Capabilities& c) {
                       {"page_size_multiple", c.page_size_multiple},
                       {"page_size_power_of_two", c.page_size_power_of_two},
                       {"lse", c.lse},
+                      {"product_accumulation_unit", c.product_accumulation_unit},
+                      {"fp8_output", c.fp8_output},
+                      {"fp8_accumulator_keys", c.fp8_accumulator_keys},
                       {"seqlen_q_multiple", c.seqlen_q_multiple},
                       {"seqlen_kv_multiple", c.seqlen_kv_multiple},
                       {"max_seqlen_q", c.max_seqlen_q},
+                      {"min_seqlen_q", c.min_seqlen_q},
                       {"max_seqlen_kv", c.max_seqlen_kv},
                       {"empty_sequences", c.empty_sequences},
                       {"nonfinite_inputs", c.nonfinite_inputs},
@@ -128,9 +131,18 @@ Capabilities capabilities_from_json(const nlohmann::json& j, std::string& deviat
     else if (key == "page_size_multiple") c.page_size_multiple = integer(1, 1 << 20);
     else if (key == "page_size_power_of_two") c.page_size_power_of_two = boolean();
     else if (key == "lse") c.lse = boolean();
+    else if (key == "fp8_output") c.fp8_output = boolean();
+    else if (key == "fp8_accumulator_keys") c.fp8_accumulator_keys = integer(0, kBig);
+    else if (key == "product_accumulation_unit") {
+      if (!value.is_number() || !(value.get<double>() >= 0 && value.get<double>() < 1))
+        throw std::runtime_error(fmt::format("capabilities.product_accumulation_unit: expected a number in [0, 1), got {}",
+                                             value.dump()));
+      c.product_accumulation_unit = value.get<double>();
+    }
     else if (key == "seqlen_q_multiple") c.seqlen_q_multiple = integer(1, 1 << 16);
     else if (key == "seqlen_kv_multiple") c.seqlen_kv_multiple = integer(1, 1 << 16);
     else if (key == "max_seqlen_q") c.max_seqlen_q = integer(1, kBig);
+    else if (key == "min_seqlen_q") c.min_seqlen_q = integer(0, kBig);
     else if (key == "max_seqlen_kv") c.max_seqlen_kv = integer(1, kBig);
     else if (key == "empty_sequences") c.empty_sequences = boolean();
     else if (key == "nonfinite_inputs") c.nonfinite_inputs = boolean();
@@ -157,6 +169,11 @@ Capabilities capabilities_from_json(const nlohmann::json& j, std::string& deviat
     }
   }
   if (c.dtypes.empty()) throw std::runtime_error("capabilities.dtypes: empty (the worker accepts nothing)");
+  for (DType fp8 : {DType::e4m3, DType::e5m2})
+    if (c.dtypes.contains(fp8))
+      throw std::runtime_error(fmt::format("capabilities.dtypes: {} is not carried by the worker protocol (.npy has no "
+                                           "fp8 dtype, and the descales have no key yet)",
+                                           to_string(fp8)));
   if (c.masks.empty()) throw std::runtime_error("capabilities.masks: empty (the worker accepts nothing)");
   if (c.layouts.empty()) throw std::runtime_error("capabilities.layouts: empty (the worker accepts nothing)");
   if (c.min_head_dim > c.max_head_dim)

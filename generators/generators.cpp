@@ -103,7 +103,7 @@ rc::Gen<Problem> gen_problem(const ProblemLimits& limits) {
          {1, rc::gen::inRange<std::int64_t>(1, max_d + 1)}});
     p.head_dim_v = *rc::gen::weightedOneOf<std::int64_t>(
         {{3, rc::gen::just(p.head_dim)}, {1, rc::gen::inRange<std::int64_t>(1, max_d + 1)}});
-    p.dtype = *rc::gen::element(DType::f32, DType::f16, DType::bf16);
+    p.dtype = *rc::gen::element(DType::f32, DType::f16, DType::bf16, DType::e4m3, DType::e5m2);
     p.layout = *rc::gen::element(Layout::bhsd, Layout::bshd);
     p.mask = *rc::gen::element(MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window);
     if (p.mask == MaskKind::window) {
@@ -448,8 +448,8 @@ rc::Gen<Problem> gen_forward_problem_in(const Capabilities& caps, const DomainLi
   const rc::Gen<Problem> drawn = rc::gen::exec([caps, limits] {
     Problem p;
     std::vector<DType> dtypes;
-    for (DType t : {DType::f32, DType::f16, DType::bf16})
-      if (caps.dtypes.contains(t)) dtypes.push_back(t);
+    for (DType t : kDTypes)
+      if (caps.dtypes.contains(t) && !(is_fp8(t) && limits.backward)) dtypes.push_back(t);  // fp8: forward only
     std::vector<MaskKind> masks;
     for (MaskKind m : {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window})
       if (caps.masks.contains(m)) masks.push_back(m);
@@ -691,8 +691,14 @@ rc::Gen<Problem> gen_problem_outside(const Capabilities& caps) {
     // A problem inside the domain, then one field moved out of it.
     Problem p = *gen_problem_in(caps, {.max_seqlen = 64, .max_work = 1e6});
     std::vector<std::function<void(Problem&)>> breaks;
-    for (DType t : {DType::f32, DType::f16, DType::bf16})
-      if (!caps.dtypes.contains(t)) breaks.push_back([t](Problem& q) { q.dtype = t; });
+    for (DType t : kDTypes)
+      if (!caps.dtypes.contains(t))
+        breaks.push_back([t](Problem& q) {
+          q.dtype = t;
+          if (!is_fp8(t)) return;
+          q.pass = Pass::fwd;  // fp8 is the forward's
+          q.dout = Problem{}.dout;
+        });
     for (MaskKind m : {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window})
       if (!caps.masks.contains(m))
         breaks.push_back([m](Problem& q) {
@@ -723,6 +729,12 @@ rc::Gen<Problem> gen_problem_outside(const Capabilities& caps) {
         q.lens_kv.assign(q.batch, q.seqlen_kv);
       });
     if (caps.seqlen_q_multiple > 1) breaks.push_back([&caps](Problem& q) { q.seqlen_q = caps.seqlen_q_multiple + 1; });
+    if (caps.min_seqlen_q > 1)
+      breaks.push_back([&caps](Problem& q) {
+        q.seqlen_q = caps.min_seqlen_q - 1;
+        q.lens_q.clear();
+        q.lens_kv.clear();
+      });
     if (caps.seqlen_kv_multiple > 1) breaks.push_back([&caps](Problem& q) { q.seqlen_kv = caps.seqlen_kv_multiple + 1; });
     if (!caps.empty_sequences)
       breaks.push_back([](Problem& q) {  // padded lengths would exceed the empty sequence: dropped

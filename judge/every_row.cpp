@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "flashcheck/core/backward.hpp"
+#include "flashcheck/oracles/cpu_lowp.hpp"
 #include "flashcheck/oracles/kokkos/kokkos_backward.hpp"
 #include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
 #include "elapsed.hpp"
@@ -103,15 +104,17 @@ bool judge_every_row(CaseResult& result, const Inputs& inputs, const Outputs& su
     return true;
   }
   start = std::chrono::steady_clock::now();
-  const AttentionRows baseline = kokkos_baseline(problem, inputs, every, result.baseline_dtype, space);
+  AttentionRows baseline = kokkos_baseline(problem, inputs, every, result.baseline_dtype, space);
+  if (result.baseline_o_fp8) round_o_to_fp8(baseline, problem.dtype, inputs.v.descale());
   result.baseline_ms += elapsed_ms(start);
 
   result.rows = every;
   add_accumulation(result.condition, problem, every, inputs.v);
-  result.baseline_metrics = compare(problem, baseline, reference, problem.dtype);
-  const Bounds bounds = rule_bounds(result.baseline_metrics, problem.dtype, result.condition);
-  result.subject_metrics = compare(problem, gather_rows(problem, subject_outputs, every), reference, problem.dtype, bounds);
-  result.verdict = decide(result.subject_metrics, result.baseline_metrics, problem.dtype, result.condition);
+  const DType o_dtype = output_dtype(problem.dtype);  // errors in O's roundings (bf16 for fp8 inputs)
+  result.baseline_metrics = compare(problem, baseline, reference, o_dtype);
+  const Bounds bounds = rule_bounds(result.baseline_metrics, o_dtype, result.condition);
+  result.subject_metrics = compare(problem, gather_rows(problem, subject_outputs, every), reference, o_dtype, bounds);
+  result.verdict = decide(result.subject_metrics, result.baseline_metrics, o_dtype, result.condition);
   settle_every_row_kind(result, declared_limit);
   result.verdict.rule += fmt::format(" [every row: kokkos_f64 and the baseline in Kokkos; cpu_f64 agrees on {} sampled rows]",
                                      sampled);

@@ -207,33 +207,38 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
   result.oracle_ms = elapsed_ms(start);
 
   start = std::chrono::steady_clock::now();
-  const AttentionRows baseline =
+  AttentionRows baseline =
       options.references ? options.references->baseline(problem, inputs, result.rows, result.baseline_dtype)
                          : cpu_lowp_rows(problem, inputs, result.rows, result.baseline_dtype);
+  result.baseline_o_fp8 = baseline_o_in_fp8(caps, problem);
+  if (result.baseline_o_fp8) round_o_to_fp8(baseline, problem.dtype, inputs.v.descale());
   result.baseline_ms = elapsed_ms(start);
 
-  result.baseline_metrics = compare(problem, baseline, reference, problem.dtype);
+  // O's dtype: the errors are measured in its roundings (bf16 for fp8 inputs).
+  const DType o_dtype = output_dtype(problem.dtype);
+  result.baseline_metrics = compare(problem, baseline, reference, o_dtype);
   result.condition = logit_condition(problem, reference);
   add_accumulation(result.condition, problem, result.rows, inputs.v);
   if (result.baseline_dtype != problem.dtype) result.condition.input_unit = unit_roundoff(result.baseline_dtype);
-  const Bounds bounds = rule_bounds(result.baseline_metrics, problem.dtype, result.condition);
+  result.condition.product_unit = caps.product_accumulation_unit;
+  const Bounds bounds = rule_bounds(result.baseline_metrics, o_dtype, result.condition);
   const AttentionRows got = gather_rows(problem, run.outputs, result.rows);
-  result.subject_metrics = compare(problem, got, reference, problem.dtype, bounds);
-  result.verdict = decide(result.subject_metrics, result.baseline_metrics, problem.dtype, result.condition);
+  result.subject_metrics = compare(problem, got, reference, o_dtype, bounds);
+  result.verdict = decide(result.subject_metrics, result.baseline_metrics, o_dtype, result.condition);
   // The verdict: a pass that compared nothing is vacuous; a failure inside a
   // limit the subject declares is a deviation.
   result.rows_visible = visible_compared_rows(problem, result.rows);
   const std::optional<std::string> limit = declared_deviation(caps, problem, max_abs_finite(inputs.v));
   set_verdict_kind(result, compared_something(result), limit);
   // The peer baseline on the same inputs, for half-precision problems.
-  Subject* peer = problem.dtype != DType::f32 ? options.peer : nullptr;
+  Subject* peer = problem.dtype != DType::f32 ? peer_for(options.peers, problem) : nullptr;
   if (peer && peer != &subject) {
     const RunResult peer_run = peer->run(problem, inputs);
     if (peer_run.status == Status::ok) {
       PeerResult p;
       p.name = std::string(peer->name());
       p.version = peer->version_info();
-      p.metrics = compare(problem, gather_rows(problem, peer_run.outputs, result.rows), reference, problem.dtype);
+      p.metrics = compare(problem, gather_rows(problem, peer_run.outputs, result.rows), reference, o_dtype);
       auto ratio = [](double a, double b) { return b > 0 ? a / b : (a > 0 ? INFINITY : 1.0); };
       p.o_max_ratio = ratio(result.subject_metrics.o.errors.max_abs, p.metrics.o.errors.max_abs);
       p.o_rmse_ratio = ratio(result.subject_metrics.o.errors.rmse, p.metrics.o.errors.rmse);
@@ -429,7 +434,7 @@ CaseResult judge_backward(Subject& subject, const Problem& problem, const Inputs
   }
 
   // The peer's backward on the same inputs, for half-precision problems.
-  Subject* peer = problem.dtype != DType::f32 ? options.peer : nullptr;
+  Subject* peer = problem.dtype != DType::f32 ? peer_for(options.peers, problem) : nullptr;
   if (peer && peer != &subject && peer->capabilities().backward) {
     const BackwardResult peer_run = peer->run_backward(problem, handed);
     if (peer_run.status == Status::ok) {

@@ -97,9 +97,20 @@ AttentionRows cpu_lowp_rows(const Problem& p, const Inputs& in, const RowSet& ro
     return p.page_size > 0 ? std::pair{std::int64_t{in.pages.page(b, j / p.page_size)}, j % p.page_size}
                            : std::pair{b, j};
   };
+  if (is_fp8(working) && !is_fp8(p.dtype))
+    throw std::invalid_argument("cpu_lowp_rows: an fp8 working dtype takes fp8 inputs");
   AttentionRows out(p, rows);
   const std::int64_t d = p.head_dim, dv = p.head_dim_v;
   const auto scale = static_cast<float>(p.softmax_scale);
+  // fp8 attention as FlashAttention-3's and cuDNN's fp8 forwards compute it:
+  // the inputs are the fp8 values times their descales (exact in f32), S = Q K^T
+  // accumulated and kept in f32 (the tensor cores' output), the softmax in f32,
+  // P = exp(S - max) unnormalized (in [0, 1]) rounded to the fp8 format for the
+  // P V product (which takes two fp8 operands), the row sum l over the
+  // unrounded f32 P, O = (P V) / l in f32, rounded to output_dtype (bf16).
+  const bool fp8 = is_fp8(working);
+  const DType score = fp8 ? DType::f32 : working;  // where the scores and inputs are rounded
+  const DType o_dtype = output_dtype(working);
   std::vector<float> keys_transposed, values;  // K^T [d][lk] and V [lk][dv], rounded to `working`
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const std::int64_t lq = p.len_q(b), lk = p.len_kv(b);
@@ -115,9 +126,9 @@ AttentionRows cpu_lowp_rows(const Problem& p, const Inputs& in, const RowSet& ro
       for (std::int64_t j = 0; j < lk; ++j) {
         const auto [entry, position] = key(b, j);
         for (std::int64_t c = 0; c < d; ++c)
-          keys_transposed[c * lk + j] = round_float(working, static_cast<float>(in.k.get(entry, hk, position, c)));
+          keys_transposed[c * lk + j] = round_float(score, static_cast<float>(in.k.get(entry, hk, position, c)));
         for (std::int64_t c = 0; c < dv; ++c)
-          values[j * dv + c] = round_float(working, static_cast<float>(in.v.get(entry, hk, position, c)));
+          values[j * dv + c] = round_float(score, static_cast<float>(in.v.get(entry, hk, position, c)));
       }
       const std::int64_t tasks = p.group_size() * tasks_per_head;
       const auto work = static_cast<std::int64_t>(slots.size()) * p.group_size() * lk * (d + dv);
@@ -140,12 +151,12 @@ AttentionRows cpu_lowp_rows(const Problem& p, const Inputs& in, const RowSet& ro
             const std::int64_t width = end - begin;
             std::fill_n(scores.begin(), width, 0.0f);
             for (std::int64_t c = 0; c < d; ++c)
-              accumulate(scores.data(), keys_transposed.data() + c * lk + begin, round_float(working, query[c]), width);
+              accumulate(scores.data(), keys_transposed.data() + c * lk + begin, round_float(score, query[c]), width);
             float maximum = -std::numeric_limits<float>::infinity();
             bool saw_nan = false;
-            const Modification modify(p, working, h, lq, lk);
+            const Modification modify(p, score, h, lq, lk);
             for (std::int64_t n = 0; n < width; ++n) {
-              scores[n] = round_float(working, scores[n] * scale);
+              scores[n] = round_float(score, scores[n] * scale);
               if (modify.active()) scores[n] = modify(scores[n], i, begin + n);
               saw_nan = saw_nan || std::isnan(scores[n]);
               maximum = std::max(maximum, scores[n]);
@@ -157,7 +168,8 @@ AttentionRows cpu_lowp_rows(const Problem& p, const Inputs& in, const RowSet& ro
               scores[n] = std::exp(scores[n] - maximum);
               sum += scores[n];
             }
-            for (std::int64_t n = 0; n < width; ++n) scores[n] = round_float(working, scores[n] / sum);
+            // fp8: P unnormalized in the format, the division after P V.
+            for (std::int64_t n = 0; n < width; ++n) scores[n] = round_float(working, fp8 ? scores[n] : scores[n] / sum);
             out.lse[out.index(b, h, r)] = static_cast<double>(maximum + std::log(sum));
             // O = round(P V), summed over the visible keys in order, in f32. Masked
             // keys are absent (never multiplied by zero: 0 * Inf would be NaN).
@@ -165,13 +177,18 @@ AttentionRows cpu_lowp_rows(const Problem& p, const Inputs& in, const RowSet& ro
             for (std::int64_t n = 0; n < width; ++n)
               accumulate(accumulator.data(), values.data() + (begin + n) * dv, scores[n], dv);
             double* o = out.o_row(b, h, r);
-            for (std::int64_t c = 0; c < dv; ++c) o[c] = round_float(working, accumulator[c]);
+            for (std::int64_t c = 0; c < dv; ++c) o[c] = round_float(o_dtype, fp8 ? accumulator[c] / sum : accumulator[c]);
           }
         }
       }
     }
   }
   return out;
+}
+
+void round_o_to_fp8(AttentionRows& rows, DType fp8, double descale) {
+  if (!is_fp8(fp8) || !(descale > 0)) throw std::invalid_argument("round_o_to_fp8: an fp8 dtype and a descale > 0");
+  for (double& x : rows.o) x = round_to(fp8, x / descale) * descale;
 }
 
 GradientRows cpu_lowp_gradients(const Problem& p, const Inputs& in, const HostTensor& dout, const RowSet& q_rows,

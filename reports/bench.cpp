@@ -93,11 +93,9 @@ int run_bench(const BenchOptions& options) {
              ceilings.l2_bytes / (1 << 20), ceilings.method);
   if (records) records->write(to_record(ceilings));
 
-  // The peer, timed first on every problem (beside the subjects, or as one of them).
-  Subject* const peer = options.peer;
-  const bool peer_added =
-      peer && std::find(options.subjects.begin(), options.subjects.end(), peer) == options.subjects.end();
-  const std::string peer_column = peer ? fmt::format("x{}", peer->name()) : std::string("xpeer");
+  // The peer of each problem, timed first (beside the subjects, or as one of them).
+  const std::string peer_column =
+      options.peers.size() == 1 ? fmt::format("x{}", options.peers[0]->name()) : std::string("xpeer");
 
   // %copy: GB/s over the copy ceiling (bytes read + written); %read: over the
   // read-only ceiling, the honest one for a decode, which reads K and V and
@@ -121,8 +119,11 @@ int run_bench(const BenchOptions& options) {
     }
     const bool decode = p.seqlen_q <= kDecodeMaxQueries;
     const double gemm = p.dtype == DType::f32 ? ceilings.gemm_f32_tflops : ceilings.gemm_bf16_tflops;
+    Subject* const peer = peer_for(options.peers, p);
+    const bool peer_added =
+        peer && std::find(options.subjects.begin(), options.subjects.end(), peer) == options.subjects.end();
     std::vector<Subject*> order;
-    if (peer_added && !unsupported_reason(peer->capabilities(), p)) order.push_back(peer);
+    if (peer_added) order.push_back(peer);
     order.insert(order.end(), options.subjects.begin(), options.subjects.end());
     // The peer first, so that every subject after it is compared with it.
     std::stable_partition(order.begin(), order.end(), [peer](const Subject* s) { return s == peer; });
@@ -206,8 +207,9 @@ int run_bench(const BenchOptions& options) {
       fmt::print("{}\n", summary);
   }
   fmt::print("\n%GEMM: of the measured cuBLAS GEMM of the problem's class (bf16 for f16/bf16, f32 without TF32 for "
-             "f32); %copy: of the measured device copy (the ceiling of decode, sq <= {}); {}: the peer's time over "
-             "the subject's on the same problem (above 1: faster than the peer). A pass=bwd line times the backward "
+             "f32; fp8 against bf16's, having no fp8 GEMM of its own); %copy: of the measured device copy (the ceiling of "
+             "decode, sq <= {}); {}: the peer's time over the subject's on the same problem (above 1: faster than the "
+             "peer; the problem's summary names the peer). A pass=bwd line times the backward "
              "alone, on the f64 oracle's O and LSE, and counts {} times the forward's FLOPs (flash-attention's and "
              "cuDNN's convention) and every tensor and its gradient moved once\n",
              kDecodeMaxQueries, peer_column, kBackwardFlopsFactor);

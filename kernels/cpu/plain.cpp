@@ -101,6 +101,11 @@ RunResult CpuPlain::run(const Problem& p, const Inputs& in) {
     if (flaw_ == PlainFlaw::page_off_by_one && j % p.page_size == 0 && n > 0) return {table.page(b, n - 1), 0};
     return {table.page(b, n), j % p.page_size};
   };
+  // K's element: its value (the stored fp8 value times the descale), or as stored with the flaw.
+  const bool k_descale_missing = flaw_ == PlainFlaw::fp8_k_descale_missing;
+  const auto key = [&](std::int64_t entry, std::int64_t hk, std::int64_t slot, std::int64_t c) {
+    return k_descale_missing ? in.k.stored(in.k.offset(entry, hk, slot, c)) : in.k.get(entry, hk, slot, c);
+  };
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t h = 0; h < p.heads_q; ++h)
       for (std::int64_t i = 0; i < p.len_q(b); ++i) {
@@ -113,7 +118,7 @@ RunResult CpuPlain::run(const Problem& p, const Inputs& in) {
           float dot = 0;
           const auto [entry, slot] = at(b, j);
           for (std::int64_t c = 0; c < p.head_dim; ++c)
-            dot += static_cast<float>(in.q.get(b, h, i, c)) * static_cast<float>(in.k.get(entry, hk, slot, c));
+            dot += static_cast<float>(in.q.get(b, h, i, c)) * static_cast<float>(key(entry, hk, slot, c));
           logits[j] = modify(dot * logit_scale, i, j);
           // NaN-propagating maximum, as the plain formula.
           maximum = std::isnan(logits[j]) || std::isnan(maximum) ? std::numeric_limits<float>::quiet_NaN()

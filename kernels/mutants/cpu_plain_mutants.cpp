@@ -46,6 +46,9 @@ constexpr PlainMutant kPlainMutants[] = {
      "cpu-plain reading a paged K/V pool as if its pages were in sequence order (the page table ignored)"},
     {PlainFlaw::page_off_by_one, "mutant-cpu-page-off-by-one",
      "cpu-plain reading the first key of each page from the previous table entry's page"},
+    // fp8 (issue 25): only dtype=e4m3/e5m2 problems can catch it.
+    {PlainFlaw::fp8_k_descale_missing, "mutant-cpu-fp8-descale-missing",
+     "cpu-plain using K's stored fp8 values without K's descale factor"},
 };
 
 struct Registrations {

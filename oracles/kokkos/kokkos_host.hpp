@@ -92,6 +92,8 @@ inline ka::StorageCode storage_code(DType dtype) {
     case DType::f32: return ka::StorageCode::f32;
     case DType::f16: return ka::StorageCode::f16;
     case DType::bf16: return ka::StorageCode::bf16;
+    case DType::e4m3: return ka::StorageCode::e4m3;
+    case DType::e5m2: return ka::StorageCode::e5m2;
   }
   throw std::invalid_argument("Kokkos reference: unknown storage dtype");
 }
@@ -115,9 +117,14 @@ struct DecodeTensor {
                        b = index / (dim * rows * heads);
     const std::int64_t s = position.extent(0) > 0 ? position(r) : r;
     const std::int64_t at = bshd ? ((b * seqlen + s) * heads + h) * dim + c : ((b * heads + h) * seqlen + s) * dim + c;
-    const double value = code == ka::StorageCode::f32 ? static_cast<double>(single(at))
-                                                      : ka::decode_half(code, half_bits(at));
-    out(b, h, r, c) = static_cast<Acc>(value);
+    out(b, h, r, c) = static_cast<Acc>(value_at(at));
+  }
+  ka::DeviceArray<const std::uint8_t, 1> byte_bits{};  // fp8 storage
+  double descale = 1;                                  // fp8: each stored value times this
+  KOKKOS_INLINE_FUNCTION double value_at(std::int64_t at) const {
+    if (code == ka::StorageCode::f32) return static_cast<double>(single(at));
+    if (ka::is_fp8(code)) return ka::decode_fp8(code, byte_bits(at)) * descale;
+    return ka::decode_half(code, half_bits(at));
   }
 };
 
@@ -169,21 +176,31 @@ struct GatherPages {
     const std::int64_t page = table(b * per_sequence + s / page_size), slot = s % page_size;
     const std::int64_t at = bshd ? ((page * page_size + slot) * heads + h) * dim + c
                                  : ((page * heads + h) * page_size + slot) * dim + c;
-    const double value = code == ka::StorageCode::f32 ? static_cast<double>(single(at))
-                                                      : ka::decode_half(code, half_bits(at));
-    out(b, h, s, c) = static_cast<Acc>(value);
+    out(b, h, s, c) = static_cast<Acc>(value_at(at));
+  }
+  ka::DeviceArray<const std::uint8_t, 1> byte_bits{};  // fp8 storage
+  double descale = 1;                                  // fp8: each stored value times this
+  KOKKOS_INLINE_FUNCTION double value_at(std::int64_t at) const {
+    if (code == ka::StorageCode::f32) return static_cast<double>(single(at));
+    if (ka::is_fp8(code)) return ka::decode_fp8(code, byte_bits(at)) * descale;
+    return ka::decode_half(code, half_bits(at));
   }
 };
 
-// A host tensor's raw storage copied into the space's memory, as f32 or as
-// 16-bit patterns; the views live as long as this does.
+// A host tensor's raw storage copied into the space's memory, as f32, as
+// 16-bit or as 8-bit patterns; the views live as long as this does.
 template <class Space>
 struct RawStorage {
   Kokkos::View<float*, Space> single;
   Kokkos::View<std::uint16_t*, Space> half;
+  Kokkos::View<std::uint8_t*, Space> bytes;
   explicit RawStorage(const HostTensor& tensor) {
     const auto elements = static_cast<std::size_t>(tensor.size());
-    if (tensor.dtype() == DType::f32) {
+    if (is_fp8(tensor.dtype())) {
+      bytes = Kokkos::View<std::uint8_t*, Space>("raw", elements);
+      Kokkos::deep_copy(bytes, Kokkos::View<const std::uint8_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                   static_cast<const std::uint8_t*>(tensor.data()), elements));
+    } else if (tensor.dtype() == DType::f32) {
       single = Kokkos::View<float*, Space>("raw", elements);
       Kokkos::deep_copy(single, Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
                                     static_cast<const float*>(tensor.data()), elements));
@@ -202,6 +219,8 @@ void run_decoder(Kernel kernel, const HostTensor& tensor, std::size_t elements, 
   const RawStorage<Space> raw(tensor);
   kernel.single = ka::device_array<const float>(raw.single);
   kernel.half_bits = ka::device_array<const std::uint16_t>(raw.half);
+  kernel.byte_bits = ka::device_array<const std::uint8_t>(raw.bytes);
+  kernel.descale = tensor.descale();
   Kokkos::parallel_for(name, Kokkos::RangePolicy<Space>(0, elements), kernel);
   Space().fence();
 }

@@ -120,10 +120,14 @@ AttentionRows plain_rounded(const Problem& p, const Inputs& in, const RowSet& ro
   kernel.scale = static_cast<float>(p.softmax_scale);
   kernel.minus_infinity = -std::numeric_limits<float>::infinity();
   kernel.not_a_number = std::numeric_limits<float>::quiet_NaN();
-  // Inputs in f32 (exact), rounded to the working dtype when it is narrower.
-  const auto q = stage_rounded<Space>(in.q, "q", position, nrows, kernel.working);
-  const auto k = round_staged<Space>(stage_keys<Space, float>(p, in, in.k, "k"), kernel.working);
-  const auto v = round_staged<Space>(stage_keys<Space, float>(p, in, in.v, "v"), kernel.working);
+  // Inputs in f32 (exact), rounded to the working dtype when it is narrower
+  // (fp8 inputs are in their format already: stored value times descale).
+  if (ka::is_fp8(kernel.working) && !is_fp8(p.dtype))
+    throw std::invalid_argument("Kokkos baseline: an fp8 working dtype takes fp8 inputs");
+  const ka::StorageCode inputs_code = kernel.score_code();
+  const auto q = stage_rounded<Space>(in.q, "q", position, nrows, inputs_code);
+  const auto k = round_staged<Space>(stage_keys<Space, float>(p, in, in.k, "k"), inputs_code);
+  const auto v = round_staged<Space>(stage_keys<Space, float>(p, in, in.v, "v"), inputs_code);
   // The Views own the memory until the end of this function; the kernel gets
   // DeviceArrays of them (kokkos_attention.hpp says why).
   kernel.q = ka::device_array<const float>(q);

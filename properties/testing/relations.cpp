@@ -93,7 +93,9 @@ Interval value_hull(const Problem& p, const HostTensor& v, DType work, bool may_
         key_lo.assign(static_cast<std::size_t>(lk), 0.0);
         key_hi.assign(static_cast<std::size_t>(lk), 0.0);
         for (std::int64_t j = 0; j < lk; ++j) {
-          const double x = round_to(work, v.get(b, hk, j, c));
+          // fp8 V is in its format already (stored value x descale; round_to would
+          // round the descaled value to the unscaled grid).
+          const double x = is_fp8(work) ? v.get(b, hk, j, c) : round_to(work, v.get(b, hk, j, c));
           const double flushed = may_flush_subnormals && std::fabs(x) < min_normal(work) ? 0.0 : x;
           key_lo[j] = std::min(x, flushed);
           key_hi[j] = std::max(x, flushed);

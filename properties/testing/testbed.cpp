@@ -77,7 +77,7 @@ void Testbed::initialize(const Problem& problem, const Inputs& inputs) {
 }
 
 Tolerance Testbed::bound() const {
-  const Bounds b = rule_bounds(base_.baseline_metrics, base_.problem.dtype, base_.condition);
+  const Bounds b = rule_bounds(base_.baseline_metrics, output_dtype(base_.problem.dtype), base_.condition);
   return {*b.o, b.lse.value_or(0)};  // the baseline always has LSE
 }
 
@@ -252,21 +252,25 @@ std::int64_t Testbed::verify_bitwise(std::string_view relation, const Problem& p
 
 void Testbed::verify_rule(std::string_view what, const AttentionRows& got) const {
   const Problem& p = base_.problem;
-  const Bounds bounds = rule_bounds(base_.baseline_metrics, p.dtype, base_.condition);
+  const DType o_dtype = output_dtype(p.dtype);
+  const Bounds bounds = rule_bounds(base_.baseline_metrics, o_dtype, base_.condition);
   CaseResult result = base_;  // the base's baseline, condition and rows; the subject's metrics of `got`
-  result.subject_metrics = compare(p, got, base_.reference, p.dtype, bounds);
-  result.verdict = decide(result.subject_metrics, base_.baseline_metrics, p.dtype, base_.condition);
+  result.subject_metrics = compare(p, got, base_.reference, o_dtype, bounds);
+  result.verdict = decide(result.subject_metrics, base_.baseline_metrics, o_dtype, base_.condition);
   if (!result.verdict.pass) RC_FAIL(fmt::format("{}:\n{}", what, explain(result)));
 }
 
 Tolerance Testbed::baseline_bound(const Problem& p, const Inputs& inputs, const AttentionRows& want) const {
   // Not cached: transformed inputs recur only while a failure shrinks, and
   // their entries would push out the base cases that other properties share.
-  const AttentionRows baseline = cpu_lowp_rows(p, inputs, want.rows, base_.baseline_dtype);
+  AttentionRows baseline = cpu_lowp_rows(p, inputs, want.rows, base_.baseline_dtype);
+  if (baseline_o_in_fp8(capabilities(), p)) round_o_to_fp8(baseline, p.dtype, inputs.v.descale());
   LogitCondition logits = logit_condition(p, want);
   logits.input_unit = base_.condition.input_unit;
+  logits.product_unit = base_.condition.product_unit;
   add_accumulation(logits, p, want.rows, inputs.v);
-  const Bounds b = rule_bounds(compare(p, baseline, want, p.dtype), p.dtype, logits);
+  const DType o_dtype = output_dtype(p.dtype);
+  const Bounds b = rule_bounds(compare(p, baseline, want, o_dtype), o_dtype, logits);
   return {*b.o, b.lse.value_or(0)};
 }
 

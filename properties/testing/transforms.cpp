@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
+#include <vector>
 
 namespace flashcheck::testing {
 namespace {
@@ -15,8 +16,11 @@ using Shape = std::array<std::int64_t, 4>;
 
 Shape shape_of(const HostTensor& t) { return {t.batch(), t.heads(), t.seqlen(), t.dim()}; }
 
+// A tensor of t's dtype, layout and descale (so that t's values copy exactly).
 HostTensor like(const HostTensor& t, const Shape& shape) {
-  return HostTensor(t.dtype(), t.layout(), shape[0], shape[1], shape[2], shape[3]);
+  HostTensor out(t.dtype(), t.layout(), shape[0], shape[1], shape[2], shape[3]);
+  out.set_descale(t.descale());
+  return out;
 }
 
 // out[e] = t[source(e)] for every element e of `out`.
@@ -81,11 +85,19 @@ HostTensor permute(const HostTensor& t, Axis axis, const std::vector<std::int64_
   return out;
 }
 
+HostTensor with_descale(const HostTensor& t, double descale) {
+  HostTensor out = t;
+  out.set_descale(descale);
+  for (std::int64_t n = 0; n < t.size(); ++n) out.store(n, t.load(n));
+  return out;
+}
+
 HostTensor concat(const HostTensor& first, const HostTensor& second, Axis axis) {
   Shape shape = shape_of(first), other = shape_of(second);
   const auto a = static_cast<std::size_t>(axis);
   other[a] = shape[a];
-  if (other != shape || first.dtype() != second.dtype()) throw std::invalid_argument("concat of unlike tensors");
+  if (other != shape || first.dtype() != second.dtype() || first.descale() != second.descale())
+    throw std::invalid_argument("concat of unlike tensors");
   const std::int64_t split = shape[a];
   shape[a] += extent(second, axis);
   HostTensor out = like(first, shape);
@@ -103,12 +115,37 @@ HostTensor concat(const HostTensor& first, const HostTensor& second, Axis axis) 
   return out;
 }
 
+namespace {
+
+// The mapped values (in storage order) stored in `out`. An fp8 tensor first
+// takes the smallest power-of-two descale, no smaller than its own, that
+// holds their largest finite magnitude, so that a map that grows the values
+// (V -> 2V + 1) is not clamped at the format's largest value.
+void store_mapped(HostTensor& out, const std::vector<double>& values) {
+  if (is_fp8(out.dtype())) {
+    double amax = 0;
+    for (double x : values)
+      if (std::isfinite(x)) amax = std::max(amax, std::fabs(x));
+    double descale = out.descale();
+    while (amax > max_finite(out.dtype()) * descale) descale *= 2;
+    out.set_descale(descale);
+  }
+  for (std::int64_t n = 0; n < out.size(); ++n) out.store(n, values[static_cast<std::size_t>(n)]);
+}
+
+}  // namespace
+
 HostTensor map_elements(const HostTensor& t, const std::function<double(double)>& f) {
   HostTensor out = t;
-  for (std::int64_t n = 0; n < t.size(); ++n) out.store(n, f(t.load(n)));
+  std::vector<double> values(static_cast<std::size_t>(t.size()));
+  for (std::int64_t n = 0; n < t.size(); ++n) values[static_cast<std::size_t>(n)] = f(t.load(n));
+  store_mapped(out, values);
   return out;
 }
 
+// A change confined to some elements keeps an fp8 tensor's descale, so that
+// the elements it leaves alone keep their bits (CausalPrefix compares them
+// bitwise); a value past the format's range saturates.
 HostTensor map_elements(const HostTensor& t, const std::function<double(const Element&, double)>& f) {
   HostTensor out = t;
   Element e;

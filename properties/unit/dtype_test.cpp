@@ -624,7 +624,7 @@ TEST(DtypeTest, UlpDistanceSpecialCases) {
 // ---- names ---------------------------------------------------------------------------
 
 TEST(DtypeTest, NamesRoundTrip) {
-  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+  for (DType dtype : kDTypes) {
     const auto parsed = parse_dtype(to_string(dtype));
     ASSERT_TRUE(parsed.has_value()) << to_string(dtype);
     EXPECT_EQ(*parsed, dtype) << to_string(dtype);
@@ -632,10 +632,40 @@ TEST(DtypeTest, NamesRoundTrip) {
   EXPECT_EQ(to_string(DType::f32), "f32");
   EXPECT_EQ(to_string(DType::f16), "f16");
   EXPECT_EQ(to_string(DType::bf16), "bf16");
+  EXPECT_EQ(to_string(DType::e4m3), "e4m3");
+  EXPECT_EQ(to_string(DType::e5m2), "e5m2");
+}
+
+// The fp8 storage dtypes' limits, one byte each, and O in bf16.
+TEST(DtypeTest, Fp8StorageDtypesHaveTheFormatsLimits) {
+  EXPECT_EQ(storage_bytes(DType::e4m3), 1);
+  EXPECT_EQ(storage_bytes(DType::e5m2), 1);
+  EXPECT_EQ(max_finite(DType::e4m3), 448.0);
+  EXPECT_EQ(max_finite(DType::e5m2), 57344.0);
+  EXPECT_EQ(min_normal(DType::e4m3), 0x1p-6);
+  EXPECT_EQ(min_normal(DType::e5m2), 0x1p-14);
+  EXPECT_EQ(min_subnormal(DType::e4m3), 0x1p-9);
+  EXPECT_EQ(min_subnormal(DType::e5m2), 0x1p-16);
+  EXPECT_EQ(unit_roundoff(DType::e4m3), 0x1p-4);
+  EXPECT_EQ(unit_roundoff(DType::e5m2), 0x1p-3);
+  EXPECT_EQ(ulp_at(DType::e4m3, 300.0), 32.0);
+  EXPECT_EQ(ulp_at(DType::e5m2, 1.0), 0.25);
+  // round_to saturates, as cvt.rn.satfinite does; NaN stays NaN.
+  EXPECT_EQ(round_to(DType::e4m3, 1e6), 448.0);
+  EXPECT_EQ(round_to(DType::e4m3, -INFINITY), -448.0);
+  EXPECT_EQ(round_to(DType::e5m2, INFINITY), 57344.0);
+  EXPECT_EQ(round_to(DType::e4m3, 1.0 + 0x1p-4), 1.0);  // a tie, to even
+  EXPECT_EQ(round_to(DType::e4m3, 1.0 + 0x1p-4 + 0x1p-20), 1.125);
+  EXPECT_TRUE(std::isnan(round_to(DType::e5m2, NAN)));
+  EXPECT_TRUE(is_fp8(DType::e4m3) && is_fp8(DType::e5m2) && !is_fp8(DType::bf16));
+  EXPECT_EQ(output_dtype(DType::e4m3), DType::bf16);
+  EXPECT_EQ(output_dtype(DType::e5m2), DType::bf16);
+  EXPECT_EQ(output_dtype(DType::f16), DType::f16);
 }
 
 TEST(DtypeTest, UnknownNamesAreRejected) {
-  for (const char* name : {"", "fp16", "F16", "float16", "bfloat16", "bf16 ", " f32", "f64", "fp8", "half"})
+  for (const char* name : {"", "fp16", "F16", "float16", "bfloat16", "bf16 ", " f32", "f64", "fp8", "half", "E4M3",
+                           "e4m3fn", "fp8_e5m2"})
     EXPECT_FALSE(parse_dtype(name).has_value()) << "'" << name << "' parsed";
 }
 

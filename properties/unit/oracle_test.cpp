@@ -477,7 +477,14 @@ TEST(KokkosTest, BaselineIsCpuLowpOperationForOperation) {
   modified.lens_kv = {40, 30};
   Problem capped = make_problem(1, 3, 3, 21, 50, 8, DType::f16, MaskKind::none);
   capped.softcap = 1;
+  Problem fp8 = make_problem(2, 4, 2, 30, 41, 32, DType::e4m3, MaskKind::causal_br);  // S in f32, P in e4m3, O bf16
+  fp8.lens_kv = {41, 17};
+  fp8.softcap = 5;
+  Problem fp8_e5m2 = make_problem(1, 2, 1, 19, 64, 16, DType::e5m2, MaskKind::none);
+  fp8_e5m2.alibi = true;
   const Case cases[] = {
+      {fp8, DType::e4m3},
+      {fp8_e5m2, DType::e5m2},
       {make_problem(1, 2, 2, 64, 80, 32, DType::bf16, MaskKind::causal_br), DType::bf16},
       {make_problem(1, 2, 1, 50, 50, 16, DType::f32, MaskKind::causal_tl), DType::f32},
       {make_problem(1, 2, 1, 50, 50, 16, DType::f32, MaskKind::none), DType::bf16},  // a narrower working dtype

@@ -84,7 +84,7 @@ struct NamedRecord {
 
 inline CaseRecord judged(ScriptedSubject subject, const std::string& line, Subject* peer = nullptr) {
   JudgeOptions options;
-  options.peer = peer;
+  if (peer) options.peers = {peer};
   options.max_rows = 16;
   return to_record(judge(subject, parse_problem(line), options));
 }

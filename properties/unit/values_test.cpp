@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <stdexcept>
 
 #include "flashcheck/core/values.hpp"
 
@@ -201,6 +202,58 @@ TEST(ValuesTest, ValuesAreRepresentableInTheDtype) {
     const Inputs in = generate_inputs(problem_with(ValueFamily::normal, {0.5, 1}, dtype));
     for (double x : all_values(in.q)) ASSERT_EQ(round_to(dtype, x), x);
   }
+}
+
+// fp8 inputs: each tensor's descale is the power of two that puts its largest
+// |x| in the format's top binade, every value is stored x descale exactly,
+// and a paged pool (and the logical K/V read back from it) keeps the factor.
+TEST(ValuesTest, Fp8InputsCarryAPowerOfTwoDescale) {
+  for (DType dtype : {DType::e4m3, DType::e5m2}) {
+    Problem p = make_problem(2, 4, 2, 40, 70, 32, dtype, MaskKind::causal_br);
+    p.values = {ValueFamily::normal, {0.5, 3.0}};
+    const Inputs in = generate_inputs(p);
+    for (const HostTensor* t : {&in.q, &in.k, &in.v}) {
+      ASSERT_EQ(t->dtype(), dtype);
+      ASSERT_EQ(t->bytes(), t->size());
+      int exponent = 0;
+      EXPECT_EQ(std::frexp(t->descale(), &exponent), 0.5) << "not a power of two: " << t->descale();
+      const double amax = max_abs_finite(*t);
+      EXPECT_GT(amax, max_finite(dtype) / 2 * t->descale());
+      EXPECT_LE(amax, max_finite(dtype) * t->descale());
+      for (std::int64_t n = 0; n < t->size(); n += 7) {
+        EXPECT_EQ(t->load(n), t->stored(n) * t->descale());
+        EXPECT_EQ(round_to(dtype, t->stored(n)), t->stored(n));
+      }
+    }
+    EXPECT_NE(in.q.descale(), 1.0);  // normal(0.5, 3) reaches past 1: not left at 1 by accident
+    Problem paged = p;
+    paged.page_size = 16;
+    const Inputs pool = generate_inputs(paged);
+    EXPECT_EQ(pool.k.descale(), in.k.descale());
+    EXPECT_EQ(pool.v.descale(), in.v.descale());
+    const Inputs logical = logical_inputs(paged, pool);
+    for (std::int64_t b = 0; b < p.batch; ++b)
+      for (std::int64_t j = 0; j < p.len_kv(b); ++j)
+        for (std::int64_t c = 0; c < p.head_dim; c += 5) EXPECT_EQ(logical.k.get(b, 1, j, c), in.k.get(b, 1, j, c));
+  }
+}
+
+// set_descale refuses a factor on a non-fp8 tensor and a non-positive one.
+TEST(ValuesTest, DescaleIsForFp8TensorsOnly) {
+  HostTensor bf16(DType::bf16, Layout::bhsd, 1, 1, 2, 2);
+  EXPECT_THROW(bf16.set_descale(2.0), std::invalid_argument);
+  EXPECT_NO_THROW(bf16.set_descale(1.0));
+  HostTensor e4m3(DType::e4m3, Layout::bhsd, 1, 1, 2, 2);
+  EXPECT_THROW(e4m3.set_descale(0.0), std::invalid_argument);
+  EXPECT_THROW(e4m3.set_descale(NAN), std::invalid_argument);
+  e4m3.set_descale(0.25);
+  e4m3.set(0, 0, 1, 1, 104.0);  // 416 stored: 104 exactly
+  EXPECT_EQ(e4m3.get(0, 0, 1, 1), 104.0);
+  EXPECT_EQ(e4m3.stored(e4m3.offset(0, 0, 1, 1)), 416.0);
+  e4m3.set(0, 0, 1, 0, 100.0);  // 400 rounds to 384 (the spacing is 32 above 256): 96
+  EXPECT_EQ(e4m3.get(0, 0, 1, 0), 96.0);
+  e4m3.set(0, 0, 0, 0, 1000.0);  // 4000 saturates at 448: 112
+  EXPECT_EQ(e4m3.get(0, 0, 0, 0), 112.0);
 }
 
 }  // namespace

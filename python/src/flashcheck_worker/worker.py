@@ -43,8 +43,8 @@ BACKWARD_KEYS = frozenset({"backward", "backward_deterministic"})
 CAPABILITY_KEYS = frozenset({
     "dtypes", "masks", "layouts", "head_dims", "min_head_dim", "max_head_dim", "max_head_dim_v",
     "head_dim_v_equal", "gqa", "varlen", "softcap", "alibi", "min_page_size", "page_size_multiple",
-    "page_size_power_of_two", "lse",
-    "seqlen_q_multiple", "seqlen_kv_multiple", "max_seqlen_q",
+    "page_size_power_of_two", "lse", "product_accumulation_unit", "fp8_output", "fp8_accumulator_keys",
+    "seqlen_q_multiple", "seqlen_kv_multiple", "max_seqlen_q", "min_seqlen_q",
     "max_seqlen_kv", "empty_sequences", "nonfinite_inputs", "may_flush_subnormals", "tile_q", "tile_kv",
     "needs_gpu", "min_compute_capability", "compute_dtype", "known_deviations",
 }) | BACKWARD_KEYS

@@ -42,15 +42,16 @@ std::vector<Problem> read_problems(const std::vector<std::string>& lines, const 
 /// was among them.
 std::vector<Subject*> resolve_subjects(const std::vector<std::string>& names, bool* every = nullptr);
 
-/// The peer a command compares with unless told otherwise.
-inline constexpr std::string_view kDefaultPeer = "cudnn";
-/// Adds --peer NAME and --no-peer to a command that compares its subjects with
-/// a peer (run, replay, bench).
-void add_peer(CLI::App& command, std::string& name, bool& none);
-/// The peer subject the library is given: null with --no-peer, or when the
-/// default peer is not built into this binary (a CPU build); another name that
-/// is not registered is bad input (std::invalid_argument).
-Subject* resolve_peer(const std::string& name, bool none);
+/// The peers a command compares with unless told otherwise: on each problem
+/// the first whose domain holds it (cudnn; cudnn-fp8 for fp8 problems).
+inline const std::vector<std::string> kDefaultPeers = {"cudnn", "cudnn-fp8"};
+/// Adds --peer NAME,... and --no-peer to a command that compares its
+/// subjects with a peer (run, replay, bench).
+void add_peer(CLI::App& command, std::vector<std::string>& names, bool& none);
+/// The peer subjects the library is given: none with --no-peer; a default
+/// peer not built into this binary (a CPU build) is left out; another name
+/// that is not registered is bad input (std::invalid_argument).
+std::vector<Subject*> resolve_peers(const std::vector<std::string>& names, bool none);
 
 /// Adds --max-memory GIB to a command that takes problems (run, replay, fuzz,
 /// bench): sets memory_limit_bytes for this process and its children.
@@ -87,7 +88,7 @@ struct RunOptions {
   std::string record_path;
   std::int64_t max_rows = 1024;
   bool quiet = false;
-  std::string peer{kDefaultPeer};
+  std::vector<std::string> peers = kDefaultPeers;
   bool no_peer = false;
   bool kokkos = false;  // also compare with the Kokkos reference
   bool require_gpu = false;  // an unavailable subject is a failure

@@ -1,4 +1,4 @@
-// Storage types and exact host conversions between f16/bf16 and f32/f64.
+// Storage types and exact host conversions between f16/bf16/e4m3/e5m2 and f32/f64.
 //
 // Every conversion rounds once, to nearest with ties to even, handles
 // subnormals, signed zeros, infinities and NaN, and needs no GPU. The f64 -> f16
@@ -12,8 +12,20 @@
 
 namespace flashcheck {
 
-/// Element type of a tensor as stored in memory.
-enum class DType : std::uint8_t { f32, f16, bf16 };
+/// Element type of a tensor as stored in memory. e4m3 and e5m2 are the OCP
+/// 8-bit formats (below): an fp8 tensor also carries a per-tensor descale
+/// factor (HostTensor::descale), and attention on fp8 inputs writes O in
+/// bf16 (output_dtype), as FlashAttention-3's and cuDNN's fp8 forwards do.
+enum class DType : std::uint8_t { f32, f16, bf16, e4m3, e5m2 };
+
+/// Every dtype, in the enum's order (for lists, generators and parsers).
+inline constexpr DType kDTypes[] = {DType::f32, DType::f16, DType::bf16, DType::e4m3, DType::e5m2};
+
+/// e4m3 or e5m2.
+constexpr bool is_fp8(DType dtype) { return dtype == DType::e4m3 || dtype == DType::e5m2; }
+/// The dtype of O for inputs stored in `dtype`: bf16 for the fp8 formats, the
+/// input dtype otherwise.
+constexpr DType output_dtype(DType dtype) { return is_fp8(dtype) ? DType::bf16 : dtype; }
 
 std::string_view to_string(DType dtype);
 std::optional<DType> parse_dtype(std::string_view text);
@@ -54,12 +66,14 @@ double half_bits_to_double(DType dtype, std::uint16_t bits);
 /// with ties to even, and saturate as PTX's cvt.rn.satfinite does: a magnitude
 /// past the largest finite value after rounding (an infinity included) becomes
 /// that value with its sign; NaN stays NaN (E4M3 S.1111.111, E5M2 S.11111.11).
-/// Not yet a storage dtype of the problem vocabulary (issue 25).
 std::uint8_t e4m3_bits_from_double(double x);
 std::uint8_t e5m2_bits_from_double(double x);
 /// Exact value of an E4M3 / E5M2 bit pattern.
 double e4m3_bits_to_double(std::uint8_t bits);
 double e5m2_bits_to_double(std::uint8_t bits);
+/// The two above for an fp8 dtype (e4m3 or e5m2).
+std::uint8_t fp8_bits_from_double(DType dtype, double x);
+double fp8_bits_to_double(DType dtype, std::uint8_t bits);
 
 /// x rounded to the nearest value representable in dtype (returned exactly as a double).
 double round_to(DType dtype, double x);

@@ -79,6 +79,10 @@ struct Problem {
   std::vector<std::int64_t> lens_kv;  // optional per-sequence lengths (size batch)
   std::int64_t head_dim = 64;
   std::int64_t head_dim_v = 64;
+  /// The inputs' storage dtype. dtype=e4m3 / e5m2: Q, K and V stored in fp8,
+  /// each with its per-tensor descale factor (HostTensor::descale, a power of
+  /// two drawn from the values: values.hpp), O written in bf16
+  /// (output_dtype); the forward only.
   DType dtype = DType::bf16;
   Layout layout = Layout::bhsd;
   MaskKind mask = MaskKind::none;

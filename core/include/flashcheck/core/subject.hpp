@@ -62,9 +62,35 @@ struct Capabilities {
   std::int64_t page_size_multiple = 1;
   bool page_size_power_of_two = false;  // page sizes must be powers of two (cuDNN's block size)
   bool lse = false;     // writes LSE
+  /// The unit of the subject's S = Q K^T accumulation, per k32 step, where it
+  /// is coarser than f32's (0: f32). Hopper's fp8 wgmma keeps about 13-14
+  /// fraction bits while it accumulates (DeepSeek-V3 technical report,
+  /// section 3.3.2: "around 14 bits" retained on the H800): measured on an
+  /// H100 (2026-11-27), hopper-fp8's LSE sat 2^-13 to 2^-11.5 of the logits'
+  /// condition a_j from the f64 oracle while its O matched the baseline's
+  /// (docs/perf.md, "fp8 on Hopper"). The tolerance adds ceil(d / 32) such
+  /// units of a_j to O's logit noise and d to LSE's (tolerance.hpp,
+  /// lse_logit_noise; LogitCondition::product_unit).
+  double product_accumulation_unit = 0;
+  /// fp8 problems: the subject rounds O to the inputs' fp8 format (at V's
+  /// descale: O / descale_v in the format, then times it, exactly in bf16)
+  /// before writing it, as cuDNN's fp8 SDPA must on sm_90 (its bf16 O needs
+  /// sm_100). The judge's baseline then rounds its O the same way
+  /// (cpu_lowp.hpp: round_o_to_fp8), so the rule compares like with like.
+  bool fp8_output = false;
+  /// fp8 problems: the most keys a row may see before O leaves the rule
+  /// (0: no such limit), a declared limit (a failure beyond it is a
+  /// deviation). A subject that carries O across key tiles in the fp8 tensor
+  /// cores' accumulator adds each product aligned to the accumulator with
+  /// about 13 fraction bits: once a row's sum is 2^13 times a product, the
+  /// products stop counting. Measured on an H100 (2026-11-27): cudnn-fp8 O
+  /// 0.67 off at 131072 keys; hopper-fp8 before it promoted O per tile, 1.3
+  /// off at 32768 (docs/perf.md).
+  std::int64_t fp8_accumulator_keys = 0;
   std::int64_t seqlen_q_multiple = 1;
   std::int64_t seqlen_kv_multiple = 1;
   std::int64_t max_seqlen_q = std::numeric_limits<std::int32_t>::max();
+  std::int64_t min_seqlen_q = 0;  // the padded seqlen_q's least (cuDNN's fp8 SDPA on sm_90 refuses 1)
   std::int64_t max_seqlen_kv = std::numeric_limits<std::int32_t>::max();
   bool empty_sequences = true;  // seqlen 0 and per-sequence length 0 accepted
   /// Whether NaN/Inf inputs are in the domain. A kernel that multiplies masked
@@ -294,6 +320,15 @@ class Registry {
   List subjects_, mutants_, fixtures_, smoke_;
   std::vector<std::pair<std::string, std::string>> unobservable_;
 };
+
+/// The peer of a problem: the first of `peers` whose domain holds it (the
+/// CLI's default list is cudnn, then cudnn-fp8 for the fp8 problems that
+/// cudnn's domain leaves out); null when none does.
+inline Subject* peer_for(const std::vector<Subject*>& peers, const Problem& problem) {
+  for (Subject* peer : peers)
+    if (peer && !unsupported_reason(peer->capabilities(), problem)) return peer;
+  return nullptr;
+}
 
 /// Registers a subject type at static-initialisation time (a smoke test with
 /// Registry::Kind::smoke):

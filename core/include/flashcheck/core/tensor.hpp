@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "flashcheck/core/dtype.hpp"
@@ -14,6 +15,15 @@ namespace flashcheck {
 
 /// A [batch, heads, seq, dim] tensor stored in `dtype` with the memory order of
 /// `layout`. Values are exactly those the dtype can hold: set() rounds.
+///
+/// An fp8 tensor (e4m3, e5m2) is quantized with a per-tensor descale factor,
+/// as serving stacks and cuDNN's fp8 SDPA keep them: element n's value is
+/// stored(n) x descale(), and set(x) stores x / descale() rounded to the
+/// format (saturating). The generators draw descales that are powers of two
+/// (values.hpp), so that x / descale() and stored x descale() are exact in
+/// f64 and f32. Every other dtype has descale 1, and get/load/read_row return
+/// the value, descale applied, so that the oracles need no fp8 code of their
+/// own; a kernel reads the stored bytes (data()) and the factor.
 class HostTensor {
  public:
   HostTensor() = default;
@@ -27,6 +37,12 @@ class HostTensor {
   std::int64_t dim() const { return dim_; }
   std::int64_t size() const { return batch_ * heads_ * seqlen_ * dim_; }
   std::int64_t bytes() const { return size() * storage_bytes(dtype_); }
+  /// The factor that multiplies each stored element (1 unless fp8).
+  double descale() const { return descale_; }
+  /// Sets the factor (finite, > 0; an fp8 tensor only, else it must be 1).
+  /// Stored elements are kept: their values scale with it. Throws
+  /// std::invalid_argument otherwise.
+  void set_descale(double descale);
 
   /// Element offset of (b, h, s, c) in storage order.
   std::int64_t offset(std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t c) const {
@@ -36,16 +52,32 @@ class HostTensor {
   double get(std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t c) const { return load(offset(b, h, s, c)); }
   /// Stores x rounded to the dtype.
   void set(std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t c, double x) { store(offset(b, h, s, c), x); }
-  /// Copies row (b, h, s) into out[0..dim) exactly.
+  /// Copies row (b, h, s) into out[0..dim) exactly (descale applied).
   void read_row(std::int64_t b, std::int64_t h, std::int64_t s, double* out) const;
   void read_row(std::int64_t b, std::int64_t h, std::int64_t s, float* out) const;
 
+  /// Element n's value (descale applied).
   double load(std::int64_t index) const {
-    return dtype_ == DType::f32 ? static_cast<double>(single_[index]) : half_bits_to_double(dtype_, half_[index]);
+    switch (dtype_) {
+      case DType::f32: return static_cast<double>(single_[index]);
+      case DType::f16:
+      case DType::bf16: return half_bits_to_double(dtype_, half_[index]);
+      case DType::e4m3:
+      case DType::e5m2: break;
+    }
+    return fp8_bits_to_double(dtype_, byte_[index]) * descale_;
   }
+  /// Element n as stored, without the descale (fp8: the format's value).
+  double stored(std::int64_t index) const { return is_fp8(dtype_) ? fp8_bits_to_double(dtype_, byte_[index]) : load(index); }
   void store(std::int64_t index, double x) {
-    if (dtype_ == DType::f32) single_[index] = static_cast<float>(x);
-    else half_[index] = half_bits_from_double(dtype_, x);
+    switch (dtype_) {
+      case DType::f32: single_[index] = static_cast<float>(x); return;
+      case DType::f16:
+      case DType::bf16: half_[index] = half_bits_from_double(dtype_, x); return;
+      case DType::e4m3:
+      case DType::e5m2: break;
+    }
+    byte_[index] = fp8_bits_from_double(dtype_, x / descale_);
   }
   /// Fills every element with the dtype's quiet-NaN bit pattern.
   void poison();
@@ -53,21 +85,24 @@ class HostTensor {
   void fill(double value);
 
   /// Raw storage, for copies to a device.
-  void* data() { return dtype_ == DType::f32 ? static_cast<void*>(single_.data()) : static_cast<void*>(half_.data()); }
+  void* data() { return const_cast<void*>(std::as_const(*this).data()); }
   const void* data() const {
-    return dtype_ == DType::f32 ? static_cast<const void*>(single_.data()) : static_cast<const void*>(half_.data());
+    if (dtype_ == DType::f32) return single_.data();
+    return is_fp8(dtype_) ? static_cast<const void*>(byte_.data()) : static_cast<const void*>(half_.data());
   }
 
-  /// Bitwise equality of dtype, layout, shape and storage (NaN payloads included),
-  /// as the determinism check needs.
+  /// Bitwise equality of dtype, layout, shape, descale and storage (NaN
+  /// payloads included), as the determinism check needs.
   bool operator==(const HostTensor& other) const;
 
  private:
   DType dtype_ = DType::f32;
   Layout layout_ = Layout::bhsd;
   std::int64_t batch_ = 0, heads_ = 0, seqlen_ = 0, dim_ = 0;
+  double descale_ = 1;
   std::vector<std::uint16_t> half_;
   std::vector<float> single_;
+  std::vector<std::uint8_t> byte_;
 };
 
 /// The largest |x| over a tensor's finite elements (0 when it has none).
@@ -83,7 +118,8 @@ struct Inputs {
   PageTable pages;
 };
 
-/// What a subject returns: O in the problem's dtype and layout, and LSE
+/// What a subject returns: O in the problem's output_dtype (the input dtype,
+/// bf16 for fp8 inputs) and layout, and LSE
 /// (natural log, f32, [batch, heads_q, seqlen_q]).
 struct Outputs {
   HostTensor o;
@@ -91,7 +127,7 @@ struct Outputs {
   bool has_lse = false;
 };
 
-/// Allocates outputs for a problem, O poisoned with NaN and LSE with NaN.
+/// Allocates outputs for a problem (O in output_dtype), O poisoned with NaN and LSE with NaN.
 Outputs make_outputs(const Problem& problem);
 
 /// A sorted set of query-row positions (within the padded seqlen_q) that a

@@ -83,6 +83,11 @@ struct LogitCondition {
   /// that stores f32 but computes in f16. Rounding q and k relatively by u moves
   /// each logit by at most 2u a_j, deterministically (no sqrt(d)).
   double input_unit = 0;
+  /// The unit of the subject's S = Q K^T accumulation where it is coarser
+  /// than f32's (Capabilities::product_accumulation_unit; 0: f32): each of
+  /// the ceil(d / kProductStepK) steps of the product may move a logit by
+  /// up to this unit of a_j, deterministically (truncation, not a random walk).
+  double product_unit = 0;
   double o_max = 0, o_rms = 0;      // per element: sum_j p_j a_j (|V[j,c]| + |O[c]|)
   double lse_max = 0, lse_rms = 0;  // per row: sum_j p_j a_j
   /// The accumulation term's scales: sqrt(keys the longest compared row sees)
@@ -94,9 +99,24 @@ struct LogitCondition {
 /// The accumulation noise for a scale: kAccumulationRoundings u_f32 scale.
 double accumulation_noise(double scale);
 
-/// The logit noise for a condition value:
-/// kLogitRoundings (u_f32 sqrt(d) + 2 input_unit) condition.
+/// The k of one step of a tensor core's product whose accumulation is coarser
+/// than f32 (Hopper's fp8 wgmma: m64nNk32).
+inline constexpr double kProductStepK = 32;
+
+/// The logit noise for a condition value, O's:
+/// kLogitRoundings (u_f32 sqrt(d) + 2 input_unit + ceil(d / kProductStepK) product_unit) condition.
+/// A coarse product accumulation (LogitCondition::product_unit) moves the
+/// logits of a row alike (truncation), which a softmax is blind to: O sees
+/// the steps' differences, ceil(d / 32) units of a_j.
 double logit_noise(const LogitCondition& condition, double value);
+/// LSE's: logit_noise plus the common shift of a row's logits that LSE takes
+/// in full: each of the d products truncated when it is aligned to its step's
+/// largest, kLogitRoundings (d - ceil(d / kProductStepK)) product_unit more.
+/// Measured on an H100 (2026-11-27, hopper-fp8 and cudnn-fp8 at d = 128):
+/// LSE errors up to 1.1e-3 of a_j where one product dominates
+/// (values=dominant: 1.07e-2 on an LSE of 9.9), about 2^-13 to 2^-11.5 of it
+/// otherwise; this term allows 2 x 124 x 2^-13 = 3.0e-2 of a_j.
+double lse_logit_noise(const LogitCondition& condition, double value);
 
 /// The bias check ("o.bias"): a systematic error that the maximum and RMSE
 /// checks let through. A bf16 epilogue that truncates (rounds toward zero)

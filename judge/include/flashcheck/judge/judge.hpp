@@ -46,7 +46,8 @@ struct JudgeOptions {
   /// The peer baseline (the CLI gives cuDNN unless --peer names another, or
   /// --no-peer none): for half-precision problems it runs on the same inputs
   /// and the case reports err(subject) / err(peer). Not owned; null for none.
-  Subject* peer = nullptr;
+  /// On each problem the first whose domain holds it (peer_for). Empty for none.
+  std::vector<Subject*> peers;
   /// Where max_rows sampled the rows: judge the case again on every row.
   EveryRow every_row = EveryRow::off;
   /// The oracle and the baseline from here instead of computed. Not owned; null for none.
@@ -85,6 +86,7 @@ struct CaseResult {
   Status status = Status::ok;
   std::string message;              // why it was unsupported or failed to run
   DType baseline_dtype = DType::f32;
+  bool baseline_o_fp8 = false;      // the baseline's O rounded to the fp8 inputs' format (Capabilities::fp8_output)
   RowSet rows;
   CaseMetrics subject_metrics;      // subject vs cpu_f64
   CaseMetrics baseline_metrics;     // cpu_lowp vs cpu_f64

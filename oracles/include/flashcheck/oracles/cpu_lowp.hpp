@@ -25,8 +25,23 @@
 namespace flashcheck {
 
 /// The baseline's O and LSE for the given rows, computed in `working` precision
-/// (inputs are rounded to it first when the storage dtype is wider).
+/// (inputs are rounded to it first when the storage dtype is wider). An fp8
+/// working dtype (fp8 inputs only) keeps S in f32 and rounds the unnormalized
+/// P = exp(S - max) to the format before P V, O then in bf16: fp8 attention
+/// as FlashAttention-3 and cuDNN compute it (cpu_lowp.cpp).
 AttentionRows cpu_lowp_rows(const Problem& problem, const Inputs& inputs, const RowSet& rows, DType working);
+
+/// O rounded as a subject that declares Capabilities::fp8_output writes it:
+/// each element to the fp8 format `fp8` at V's descale, round(O / descale)
+/// x descale (exact in f64). Applied to the baseline's rows for such a
+/// subject, after output_dtype's rounding (a framework's fp8 O quantizes its
+/// bf16 O).
+void round_o_to_fp8(AttentionRows& rows, DType fp8, double descale);
+/// Whether a case's baseline rounds O so: the subject declares fp8_output and
+/// the problem's inputs are fp8.
+inline bool baseline_o_in_fp8(const Capabilities& caps, const Problem& problem) {
+  return caps.fp8_output && is_fp8(problem.dtype);
+}
 
 /// The baseline's gradients: dQ on `q_rows`, dK and dV on `kv_rows`, as a
 /// framework's math backend computes them in `working` precision (autograd
@@ -43,7 +58,7 @@ GradientRows cpu_lowp_gradients(const Problem& problem, const Inputs& inputs, co
 
 /// Domain of the smoke-cpu-lowp smoke test: everything the vocabulary can express.
 inline constexpr Capabilities kCpuLowpCapabilities = {
-    .dtypes = {DType::f32, DType::f16, DType::bf16},
+    .dtypes = {DType::f32, DType::f16, DType::bf16, DType::e4m3, DType::e5m2},
     .min_head_dim = 1,
     .max_head_dim = 576,
     .max_head_dim_v = 512,

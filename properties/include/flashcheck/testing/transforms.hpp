@@ -34,12 +34,17 @@ HostTensor repeat(const HostTensor& t, Axis axis, std::int64_t times);
 /// Index i of `axis` of the result is index order[i] of `t`; indices past
 /// order.size() are kept.
 HostTensor permute(const HostTensor& t, Axis axis, const std::vector<std::int64_t>& order);
-/// `first` followed by `second` along `axis` (the other extents equal).
+/// t's values stored at another descale (an fp8 tensor; rounded, saturating).
+HostTensor with_descale(const HostTensor& t, double descale);
+/// `first` followed by `second` along `axis` (the other extents, the dtype
+/// and the descale equal: with_descale makes an fp8 pair alike).
 HostTensor concat(const HostTensor& first, const HostTensor& second, Axis axis);
 
-/// `f(x)` on every element (stored rounded to the dtype).
+/// `f(x)` on every element (stored rounded to the dtype; an fp8 tensor's
+/// descale grows, by powers of two, until it holds the new values' range).
 HostTensor map_elements(const HostTensor& t, const std::function<double(double)>& f);
-/// `f(element, x)` on every element: a change confined to some indices.
+/// `f(element, x)` on every element: a change confined to some indices (an
+/// fp8 tensor keeps its descale, so the other elements keep their bits).
 HostTensor map_elements(const HostTensor& t, const std::function<double(const Element&, double)>& f);
 
 /// The norm of the finite elements of the valid (unpadded) rows of sequence b,

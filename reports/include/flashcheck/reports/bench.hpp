@@ -21,10 +21,11 @@ struct BenchOptions {
   int warmup = 3;
   int repeats = 20;
   int input_sets = 0;          // 0: enough copies of the inputs to exceed twice the L2
-  /// Timed first on every problem in its domain, and every subject's time
-  /// compared with its time (the CLI gives cuDNN unless --peer names another).
-  /// Not owned; null for none.
-  Subject* peer = nullptr;
+  /// The peers: on each problem the first whose domain holds it (peer_for)
+  /// is timed first, and every subject's time compared with its time (the
+  /// CLI gives cuDNN, then cudnn-fp8, unless --peer names others). Not
+  /// owned; empty for none.
+  std::vector<Subject*> peers;
   /// Called with (problem index, subject name) before a subject is timed on a
   /// problem, and with an empty name once it is done (the CLI's progress line).
   std::function<void(std::size_t, std::string_view)> progress;

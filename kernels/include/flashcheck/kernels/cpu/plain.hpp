@@ -3,9 +3,10 @@
 // Lineage: the simplest member of the family, written from the Problem spec
 // alone (no code shared with oracles/). Per query row: logits with f32
 // dot products, the row maximum, exp(s - max), the f32 sum, and P V in f32,
-// output rounded once to the storage dtype. It is the control for the mutants
+// output rounded once to the output dtype (the storage dtype; bf16 for fp8
+// inputs, read as stored value x descale). It is the control for the mutants
 // in kernels/mutants/, which are this kernel with one flaw switched on.
-// Domain: everything the vocabulary expresses (f32/f16/bf16, d <= 576,
+// Domain: everything the vocabulary expresses (f32/f16/bf16, e4m3/e5m2 in the forward, d <= 576,
 // dv <= 512, every mask, GQA/MQA, padded batches, LSE, empty sequences,
 // softcap, ALiBi, paged K/V of any page size in the forward).
 // Speed: a reference loop, not a kernel to time (about 1 GFLOP/s on one core).
@@ -38,10 +39,12 @@ enum class PlainFlaw {
   // Paged K/V flaws (issue 25, FlashInfer #3219's class), forward:
   page_table_ignored,        // the pool read as if its pages were in sequence order (page b x pages + n)
   page_off_by_one,           // the first key of each page read from the previous entry's page
+  // fp8 flaw (issue 25), forward:
+  fp8_k_descale_missing,     // K's stored fp8 values used without K's descale factor
 };
 
 inline constexpr Capabilities kCpuPlainCapabilities = {
-    .dtypes = {DType::f32, DType::f16, DType::bf16},
+    .dtypes = {DType::f32, DType::f16, DType::bf16, DType::e4m3, DType::e5m2},
     .min_head_dim = 1,
     .max_head_dim = 576,
     .max_head_dim_v = 512,

@@ -128,7 +128,34 @@ struct ScoreModSpec {
 };
 
 /// Storage dtypes of the raw inputs, as this reference numbers them.
-enum class StorageCode : int { f32, f16, bf16 };
+enum class StorageCode : int { f32, f16, bf16, e4m3, e5m2 };
+
+KOKKOS_INLINE_FUNCTION bool is_fp8(StorageCode code) { return code == StorageCode::e4m3 || code == StorageCode::e5m2; }
+
+/// The exact value of one stored fp8 element (without its tensor's descale),
+/// this reference's own decoding: E4M3 (bias 7, no infinities, NaN at
+/// S.1111.111) and E5M2 (bias 15, IEEE-style).
+KOKKOS_INLINE_FUNCTION double decode_fp8(StorageCode code, std::uint8_t bits) {
+  const bool e4m3 = code == StorageCode::e4m3;
+  const int fraction_bits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15, top = e4m3 ? 15 : 31;
+  const int exponent = (bits & 0x7f) >> fraction_bits;
+  const int fraction = bits & ((1 << fraction_bits) - 1);
+  const double sign = (bits & 0x80) ? -1.0 : 1.0;
+  double magnitude;
+  if (e4m3 ? (bits & 0x7f) == 0x7f : exponent == top) {
+    const std::uint64_t wide = (std::uint64_t{0x7ff} << 52) | (e4m3 || fraction ? std::uint64_t{1} << 51 : 0);
+    std::memcpy(&magnitude, &wide, sizeof magnitude);  // NaN, or E5M2's infinity
+  } else {
+    // (fraction / 2^f) 2^(1 - bias) below the normal range, (1 + fraction / 2^f) 2^(e - bias) in it: exact.
+    const double unit = static_cast<double>(std::int64_t{1} << fraction_bits);
+    const int scale = exponent == 0 ? 1 - bias : exponent - bias;
+    double power = 1;
+    for (int n = 0; n < (scale < 0 ? -scale : scale); ++n) power *= 2;
+    power = scale < 0 ? 1 / power : power;
+    magnitude = (exponent == 0 ? fraction / unit : 1 + fraction / unit) * power;
+  }
+  return sign * magnitude;
+}
 
 /// The exact value of one stored element (f16 and bf16 from their bits).
 KOKKOS_INLINE_FUNCTION double decode_half(StorageCode code, std::uint16_t bits) {
@@ -492,9 +519,35 @@ KOKKOS_INLINE_FUNCTION float divide_rounded(float a, float b) {
 #endif
 }
 
+/// x rounded to an fp8 format, to nearest even, saturating at its largest
+/// finite value as cvt.rn.satfinite does (this reference's own code).
+KOKKOS_INLINE_FUNCTION float round_fp8(StorageCode code, float x) {
+  if (x != x) return x;
+  const bool e4m3 = code == StorageCode::e4m3;
+  const float magnitude = x < 0 ? -x : x, sign = x < 0 ? -1.0f : 1.0f;
+  const float largest = e4m3 ? 448.0f : 57344.0f;
+  const float smallest_normal = e4m3 ? 0.015625f : 6.103515625e-05f;  // 2^-6, 2^-14
+  float rounded;
+  if (magnitude < smallest_normal) {
+    // Subnormals are multiples of 2^-9 (E4M3) or 2^-16 (E5M2): adding 2^14 or
+    // 2^7, whose f32 spacing that is, rounds to one, exactly.
+    const float shift = e4m3 ? 16384.0f : 128.0f;
+    rounded = add_rounded(add_rounded(magnitude, shift), -shift);
+  } else {
+    std::uint32_t m;
+    std::memcpy(&m, &magnitude, sizeof m);
+    const int dropped = e4m3 ? 20 : 21;  // 23 -> 3 or 2 fraction bits, ties to even
+    m += ((1u << (dropped - 1)) - 1) + ((m >> dropped) & 1u);
+    m &= ~((1u << dropped) - 1);
+    std::memcpy(&rounded, &m, sizeof rounded);
+  }
+  return sign * (rounded > largest ? largest : rounded);
+}
+
 /// x rounded to the working dtype (round to nearest even; f32: unchanged).
 KOKKOS_INLINE_FUNCTION float round_working(StorageCode working, float x) {
   if (working == StorageCode::f32 || x != x) return x;
+  if (is_fp8(working)) return round_fp8(working, x);
   std::uint32_t bits;
   std::memcpy(&bits, &x, sizeof bits);
   if (working == StorageCode::bf16) {
@@ -559,14 +612,19 @@ struct PlainRoundedAttention {
   StorageCode working = StorageCode::f32;
   float scale = 1, minus_infinity = 0, not_a_number = 0;
 
+  // fp8 (cpu_lowp's fp8 steps): the scores stay in f32, P = exp(S - max) is
+  // rounded to the format unnormalized, O = (P V) / l rounded to bf16.
+  KOKKOS_INLINE_FUNCTION StorageCode score_code() const { return is_fp8(working) ? StorageCode::f32 : working; }
+  KOKKOS_INLINE_FUNCTION StorageCode output_code() const { return is_fp8(working) ? StorageCode::bf16 : working; }
+
   KOKKOS_INLINE_FUNCTION float logit(std::int64_t b, std::int64_t h, std::int64_t hk, std::int64_t r,
                                      std::int64_t j) const {
     float dot = 0;
     for (std::int64_t c = 0; c < g.head_dim; ++c) dot = add_rounded(dot, multiply_rounded(q(b, h, r, c), k(b, hk, j, c)));
-    const float scaled = round_working(working, multiply_rounded(dot, scale));
+    const float scaled = round_working(score_code(), multiply_rounded(dot, scale));
     if (!modify.active()) return scaled;
     const std::int64_t i = position(r), lq = len_q(b), lk = len_kv(b);
-    return modified_rounded(modify, working, scaled, h, i, j, lq, lk);
+    return modified_rounded(modify, score_code(), scaled, h, i, j, lq, lk);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t index) const {
@@ -592,11 +650,12 @@ struct PlainRoundedAttention {
     float* row = &accumulator(index * g.head_dim_v);
     for (std::int64_t c = 0; c < g.head_dim_v; ++c) row[c] = 0;
     for (std::int64_t j = begin; j < end; ++j) {
-      const float weight =
-          round_working(working, divide_rounded(exp(add_rounded(logit(b, h, hk, r, j), -maximum)), sum));
+      const float p = exp(add_rounded(logit(b, h, hk, r, j), -maximum));
+      const float weight = round_working(working, is_fp8(working) ? p : divide_rounded(p, sum));
       for (std::int64_t c = 0; c < g.head_dim_v; ++c) row[c] = add_rounded(row[c], multiply_rounded(weight, v(b, hk, j, c)));
     }
-    for (std::int64_t c = 0; c < g.head_dim_v; ++c) o(b, h, r, c) = round_working(working, row[c]);
+    for (std::int64_t c = 0; c < g.head_dim_v; ++c)
+      o(b, h, r, c) = round_working(output_code(), is_fp8(working) ? divide_rounded(row[c], sum) : row[c]);
   }
 };
 
