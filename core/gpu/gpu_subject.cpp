@@ -162,6 +162,7 @@ using detail::device_refusal;
 
 struct DeviceInputs {
   DeviceBuffer q, k, v;
+  float q_descale = 1, k_descale = 1, v_descale = 1;  // fp8: each tensor's factor (HostTensor::descale)
   DeviceBuffer page_table;  // empty for contiguous K/V
   int pages_per_sequence = 0, pool_pages = 0;
   detail::DeviceLengths lengths;
@@ -173,6 +174,9 @@ void upload(const Problem& p, const Inputs& in, cudaStream_t stream, const CallS
   device.q = detail::upload(in.q.data(), in.q.bytes(), stream, site, "cudaMemcpy (Q)");
   device.k = detail::upload(in.k.data(), in.k.bytes(), stream, site, "cudaMemcpy (K)");
   device.v = detail::upload(in.v.data(), in.v.bytes(), stream, site, "cudaMemcpy (V)");
+  device.q_descale = static_cast<float>(in.q.descale());  // powers of two: exact in f32
+  device.k_descale = static_cast<float>(in.k.descale());
+  device.v_descale = static_cast<float>(in.v.descale());
   if (p.page_size > 0) {
     if (const std::string why = page_table_mismatch(p, in.pages); !why.empty())
       throw std::invalid_argument("the inputs' page table does not fit the problem: " + why);
@@ -187,6 +191,9 @@ void upload(const Problem& p, const Inputs& in, cudaStream_t stream, const CallS
 
 AttentionArgs make_args(const Problem& p, const DeviceInputs& in, void* o, float* lse, cudaStream_t stream) {
   AttentionArgs a;
+  a.q_descale = in.q_descale;
+  a.k_descale = in.k_descale;
+  a.v_descale = in.v_descale;
   a.q = in.q.get();
   a.k = in.k.get();
   a.v = in.v.get();
@@ -230,7 +237,7 @@ RunResult GpuSubject::run(const Problem& p, const Inputs& in) {
     DeviceInputs device;
     upload(p, in, stream.get(), site, device);
     const bool with_lse = capabilities().lse;
-    GuardedBuffer o(p.o_elements(), storage_bytes(p.dtype), site);
+    GuardedBuffer o(p.o_elements(), storage_bytes(output_dtype(p.dtype)), site);
     GuardedBuffer lse(with_lse ? p.lse_elements() : 0, 4, site);
     o.poison(stream.get(), site);
     if (with_lse) lse.poison(stream.get(), site);
@@ -299,6 +306,7 @@ RunResult GpuSubject::run(const Problem& p, const Inputs& in) {
 std::optional<Timing> GpuSubject::time(const Problem& p, const Inputs& in, int warmup, int repeats, int input_sets) {
   if (auto reason = unsupported_reason(capabilities(), p)) throw std::invalid_argument(*reason);
   if (auto refusal = device_refusal(capabilities())) throw std::invalid_argument(*refusal);
+  const TimingScope timing(*this);
   const CallSite site{std::string(name()), to_line(p)};
   Stream stream(site);
   const std::size_t count = static_cast<std::size_t>(std::max(1, input_sets));
@@ -306,7 +314,7 @@ std::optional<Timing> GpuSubject::time(const Problem& p, const Inputs& in, int w
   std::vector<DeviceBuffer> outputs, lses;
   for (std::size_t s = 0; s < count; ++s) {
     upload(p, in, stream.get(), site, sets[s]);
-    outputs.emplace_back(static_cast<std::size_t>(p.o_elements() * storage_bytes(p.dtype)), site);
+    outputs.emplace_back(static_cast<std::size_t>(p.o_elements() * storage_bytes(output_dtype(p.dtype))), site);
     lses.emplace_back(static_cast<std::size_t>(p.lse_elements() * 4), site);
   }
   return detail::time_launches(

@@ -22,10 +22,13 @@ __device__ __forceinline__ std::uint32_t normalized(const float (&fragment)[4], 
   return seen ? pack<T>(fragment[2 * r] * inverse, fragment[2 * r + 1] * inverse) : 0u;
 }
 
+/// O is written in Element<T>::Out (bf16 for fp8 inputs), times V's descale
+/// (AttentionArgs::v_descale: 1 unless fp8).
 template <typename T, int D, HopperFlaw kFlaw>
-__device__ __forceinline__ void store_tile(const gpu::AttentionArgs& a, const CUtensorMap& map_o, const Smem<D>& smem,
-                                           const Tile& tile, int lq, int c, float (&o)[D / 8][4],
-                                           const RowState& state) {
+__device__ __forceinline__ void store_tile(const gpu::AttentionArgs& a, const CUtensorMap& map_o,
+                                           const Smem<T, D>& smem, const Tile& tile, int lq, int c,
+                                           float (&o)[D / 8][4], const RowState& state) {
+  using Out = typename Element<T>::Out;
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32 % 4;
   const int row0 = 64 * c + 16 * warp + lane / 4;  // this thread's first row in the tile; the second is row0 + 8
   const bool elected = threadIdx.x % 128 == 0;
@@ -37,7 +40,7 @@ __device__ __forceinline__ void store_tile(const gpu::AttentionArgs& a, const CU
     sum += __shfl_xor_sync(kFullWarp, sum, 1);
     sum += __shfl_xor_sync(kFullWarp, sum, 2);
     seen[r] = sum > 0.0f;
-    inverse[r] = seen[r] ? 1.0f / sum : 0.0f;
+    inverse[r] = seen[r] ? a.v_descale / sum : 0.0f;
     const int i = tile.q0 + row0 + 8 * r;
     if (a.lse && lane % 4 == 0 && i < lq)
       a.lse[(static_cast<std::int64_t>(tile.b) * a.heads_q + tile.h) * a.seqlen_q + i] =
@@ -54,7 +57,7 @@ __device__ __forceinline__ void store_tile(const gpu::AttentionArgs& a, const CU
         const int row = row0 + 8 * r;
         const std::uint32_t at = smem.o() + (dt / 8) * kBlockM * 128 + row * 128 +
                                  ((static_cast<std::uint32_t>(dt % 8) ^ (row & 7)) << 4) + lane % 4 * 4;
-        store_shared(at, normalized<T>(o[dt], r, seen[r], inverse[r]));
+        store_shared(at, normalized<Out>(o[dt], r, seen[r], inverse[r]));
       }
     if constexpr (kFlaw != HopperFlaw::no_proxy_fence) fence_proxy_async();
     warpgroup_sync(1 + c);
@@ -65,14 +68,14 @@ __device__ __forceinline__ void store_tile(const gpu::AttentionArgs& a, const CU
     }
     return;
   }
-  T* out = static_cast<T*>(a.o) + tile.b * a.o_batch_stride + tile.h * a.o_head_stride + lane % 4 * 2;
+  Out* out = static_cast<Out*>(a.o) + tile.b * a.o_batch_stride + tile.h * a.o_head_stride + lane % 4 * 2;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int i = tile.q0 + row0 + 8 * r;
     if (i >= lq) continue;
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt)
-      *reinterpret_cast<std::uint32_t*>(out + i * a.o_seq_stride + dt * 8) = normalized<T>(o[dt], r, seen[r], inverse[r]);
+      *reinterpret_cast<std::uint32_t*>(out + i * a.o_seq_stride + dt * 8) = normalized<Out>(o[dt], r, seen[r], inverse[r]);
   }
 }
 

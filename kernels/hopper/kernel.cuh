@@ -24,10 +24,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                    const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_o,
                    const gpu::AttentionArgs a, const TileScheduler scheduler) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using S = Shape<D>;
+  using S = Shape<T, D>;
   constexpr int kBlockN = S::kBlockN;
   extern __shared__ unsigned char smem_raw[];
-  const Smem<D> smem(smem_raw);
+  const Smem<T, D> smem(smem_raw);
   if (threadIdx.x == 0) smem.init_barriers();
   __syncthreads();
 
@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (tile.q0 < lq) {
         const KeyPlan<kBlockN> plan =
             plan_keys<kBlockN, TileMask<kBlockN, kFlaw>::kMaskFlaw>(a, tile.q0, kBlockM, lq, lk);
-        produce_tile<D>(smem, map_q, map_k, map_v, tile, tile.h / group_size, plan.begin, plan.end, ring, q_uses++);
+        produce_tile<T, D>(smem, map_q, map_k, map_v, tile, tile.h / group_size, plan.begin, plan.end, ring, q_uses++);
       }
       id = next;
     }

@@ -4,14 +4,17 @@
 #pragma once
 
 #include <cudaTypedefs.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <climits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "common/launch.cuh"
 #include "hopper/kernel.cuh"
@@ -55,17 +58,33 @@ inline CUtensorMap encode_4d(const void* data, CUtensorMapDataType type, const c
   return map;
 }
 
-/// A 4-D map {d, seq, head, batch} over an f16/bf16 tensor with the given
-/// element strides, read in boxes of {64, rows, 1, 1} with the 128-byte
-/// swizzle; boxes past the sequence are zero-filled.
-inline CUtensorMap tensor_map(const void* data, bool bf16, int d, int seq, int heads, int batch, std::int64_t seq_stride,
-                       std::int64_t head_stride, std::int64_t batch_stride, int rows, const gpu::CallSite& site) {
+/// The tensor-map element type of T (fp8 as bytes: TMA moves them unread).
+template <typename T>
+inline constexpr CUtensorMapDataType kMapType = std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                : std::is_same_v<T, __half>      ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                                                 : CU_TENSOR_MAP_DATA_TYPE_UINT8;
+
+/// A 4-D map {d, seq, head, batch} over a tensor of T with the given element
+/// strides, read in boxes of {128 bytes of columns (64 f16/bf16, 128 fp8),
+/// rows, 1, 1} with the 128-byte swizzle; boxes past the sequence are zero-filled.
+template <typename T>
+inline CUtensorMap tensor_map_of(const void* data, int d, int seq, int heads, int batch, std::int64_t seq_stride,
+                                 std::int64_t head_stride, std::int64_t batch_stride, int rows,
+                                 const gpu::CallSite& site) {
+  constexpr auto kBytes = static_cast<cuuint64_t>(sizeof(T));
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(seq),
                               static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(seq_stride) * 2, static_cast<cuuint64_t>(head_stride) * 2,
-                                 static_cast<cuuint64_t>(batch_stride) * 2};
-  return encode_4d(data, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, dims, strides, 64,
-                   rows, site);
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(seq_stride) * kBytes,
+                                 static_cast<cuuint64_t>(head_stride) * kBytes,
+                                 static_cast<cuuint64_t>(batch_stride) * kBytes};
+  return encode_4d(data, kMapType<T>, dims, strides, 128 / static_cast<int>(kBytes), rows, site);
+}
+
+/// tensor_map_of for f16 (bf16 false) or bf16.
+inline CUtensorMap tensor_map(const void* data, bool bf16, int d, int seq, int heads, int batch, std::int64_t seq_stride,
+                              std::int64_t head_stride, std::int64_t batch_stride, int rows, const gpu::CallSite& site) {
+  return bf16 ? tensor_map_of<__nv_bfloat16>(data, d, seq, heads, batch, seq_stride, head_stride, batch_stride, rows, site)
+              : tensor_map_of<__half>(data, d, seq, heads, batch, seq_stride, head_stride, batch_stride, rows, site);
 }
 
 /// What a launch needs from its device: the SM count and the L2 size.
@@ -118,9 +137,88 @@ inline int* scheduler_counters(cudaStream_t stream, const gpu::CallSite& site) {
   return pair;
 }
 
+/// fp8's V^T: wgmma takes fp8 B operands K-major only, and O += P V's k is
+/// the keys, so V [key][c] is transposed to vt[b][hk][c][key], the keys
+/// padded with zeros to a multiple of 128 (a tile) and each 16 keys stored in
+/// the order of P's fragment slots (softmax.cuh, to_fragments): slot 4t + i
+/// holds key 2t + i (i < 2) or 8 + 2t + i - 2. One block per (128 keys, K/V
+/// head, batch entry); 16-byte loads and stores.
+template <int D>
+__global__ void __launch_bounds__(256) transpose_v_fp8(const gpu::AttentionArgs a, std::uint8_t* vt, int keys_padded) {
+  __shared__ alignas(16) std::uint8_t tile[128][D + 16];  // [key][c]; the pad staggers the banks
+  const int key0 = static_cast<int>(blockIdx.x) * 128, hk = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+  const auto* v = static_cast<const std::uint8_t*>(a.v) + b * a.v_batch_stride + hk * a.v_head_stride;
+  for (int n = static_cast<int>(threadIdx.x); n < 128 * D / 16; n += 256) {
+    const int key = n / (D / 16), chunk = n % (D / 16);
+    uint4 value = make_uint4(0, 0, 0, 0);
+    if (key0 + key < a.seqlen_kv) value = *reinterpret_cast<const uint4*>(v + (key0 + key) * a.v_seq_stride + chunk * 16);
+    *reinterpret_cast<uint4*>(&tile[key][chunk * 16]) = value;
+  }
+  __syncthreads();
+  std::uint8_t* out = vt + (static_cast<std::int64_t>(b) * a.heads_kv + hk) * D * keys_padded + key0;
+  for (int n = static_cast<int>(threadIdx.x); n < D * 8; n += 256) {
+    const int c = n / 8, group = n % 8;  // 16 slots of row c
+    std::uint32_t words[4];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {  // slots 4w .. 4w + 3: t = w
+      std::uint32_t word = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int key = group * 16 + (i < 2 ? 2 * w + i : 8 + 2 * w + i - 2);
+        word |= static_cast<std::uint32_t>(tile[key][c]) << (8 * i);
+      }
+      words[w] = word;
+    }
+    *reinterpret_cast<uint4*>(out + static_cast<std::int64_t>(c) * keys_padded + group * 16) =
+        make_uint4(words[0], words[1], words[2], words[3]);
+  }
+}
+
+/// V^T's buffer, allocated in stream order for each launch and freed after
+/// it (cudaMallocAsync): the device's default pool is told once to keep what
+/// is freed (its release threshold), so that a timed launch maps no memory
+/// once warm, and the memory is the pool's, not a cache's of our own.
+class TransposedV {
+ public:
+  TransposedV(std::size_t bytes, cudaStream_t stream, const gpu::CallSite& site) : stream_(stream) {
+    keep_pool_memory(site);
+    gpu::check(cudaMallocAsync(&data_, bytes, stream), "cudaMallocAsync (V^T)", site);
+  }
+  ~TransposedV() {
+    if (data_) cudaFreeAsync(data_, stream_);  // stream-ordered: after the kernels that read it
+  }
+  TransposedV(const TransposedV&) = delete;
+  TransposedV& operator=(const TransposedV&) = delete;
+  std::uint8_t* get() const { return static_cast<std::uint8_t*>(data_); }
+
+ private:
+  static void keep_pool_memory(const gpu::CallSite& site) {
+    static std::mutex mutex;
+    static std::map<int, bool> kept;
+    int device = 0;
+    gpu::check(cudaGetDevice(&device), "cudaGetDevice", site);
+    const std::lock_guard lock(mutex);
+    if (kept[device]) return;
+    cudaMemPool_t pool{};
+    gpu::check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool", site);
+    std::uint64_t threshold = UINT64_MAX;
+    gpu::check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold), "cudaMemPoolSetAttribute",
+               site);
+    kept[device] = true;
+  }
+  void* data_ = nullptr;
+  cudaStream_t stream_;
+};
+
 template <typename T, int D, HopperFlaw kFlaw>
-void launch(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
-  using S = Shape<D>;
+void launch(const gpu::AttentionArgs& args, const gpu::CallSite& site) {
+  using S = Shape<T, D>;
+  using Out = typename Element<T>::Out;
+  constexpr bool kFp8 = Element<T>::kFp8;
+  // fp8: the descales of Q and K fold into the logit scale (the mutant
+  // forgets them); V's multiplies O in the epilogue.
+  gpu::AttentionArgs a = args;
+  if (kFp8 && kFlaw != HopperFlaw::fp8_descale_missing) a.scale = args.scale * args.q_descale * args.k_descale;
   const int query_blocks = (a.seqlen_q + kBlockM - 1) / kBlockM;
   const int heads = a.batch * a.heads_q;
   if (query_blocks == 0 || heads == 0) return;
@@ -128,20 +226,34 @@ void launch(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
   const DeviceShape shape = prepare(kernel, S::kSmemBytes, site);
   if (static_cast<long long>(query_blocks) * heads > INT_MAX)
     throw gpu::Unsupported("hopper: more than 2^31 tiles");
-  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-  const CUtensorMap q = tensor_map(a.q, kBf16, D, a.seqlen_q, a.heads_q, a.batch, a.q_seq_stride, a.q_head_stride,
-                                   a.q_batch_stride, kBlockM, site);
+  const CUtensorMap q = tensor_map_of<T>(a.q, D, a.seqlen_q, a.heads_q, a.batch, a.q_seq_stride, a.q_head_stride,
+                                         a.q_batch_stride, kBlockM, site);
   // No key: K and V are never loaded; map the (non-empty) Q tensor in their place.
   const bool keys = a.seqlen_kv > 0;
-  const CUtensorMap k = keys ? tensor_map(a.k, kBf16, D, a.seqlen_kv, a.heads_kv, a.batch, a.k_seq_stride,
-                                          a.k_head_stride, a.k_batch_stride, S::kBlockN, site)
+  const CUtensorMap k = keys ? tensor_map_of<T>(a.k, D, a.seqlen_kv, a.heads_kv, a.batch, a.k_seq_stride,
+                                                a.k_head_stride, a.k_batch_stride, S::kBlockN, site)
                              : q;
-  const CUtensorMap v = keys ? tensor_map(a.v, kBf16, D, a.seqlen_kv, a.heads_kv, a.batch, a.v_seq_stride,
-                                          a.v_head_stride, a.v_batch_stride, S::kBlockN, site)
-                             : q;
+  CUtensorMap v = q;
+  std::optional<TransposedV> vt_buffer;  // fp8: V^T, freed (stream-ordered) after the kernel
+  if (keys && kFp8) {
+    const int keys_padded = (a.seqlen_kv + S::kBlockN - 1) / S::kBlockN * S::kBlockN;
+    const auto bytes = static_cast<std::size_t>(a.batch) * a.heads_kv * D * keys_padded;
+    vt_buffer.emplace(bytes, a.stream, site);
+    std::uint8_t* vt = vt_buffer->get();
+    transpose_v_fp8<D><<<dim3(keys_padded / 128, a.heads_kv, a.batch), 256, 0, a.stream>>>(a, vt, keys_padded);
+    gpu::check_launch("transpose_v_fp8", site);
+    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(keys_padded), static_cast<cuuint64_t>(D),
+                                static_cast<cuuint64_t>(a.heads_kv), static_cast<cuuint64_t>(a.batch)};
+    const cuuint64_t strides[3] = {static_cast<cuuint64_t>(keys_padded), static_cast<cuuint64_t>(D) * keys_padded,
+                                   static_cast<cuuint64_t>(a.heads_kv) * D * keys_padded};
+    v = encode_4d(vt, CU_TENSOR_MAP_DATA_TYPE_UINT8, dims, strides, S::kBlockN, D, site, "V^T");
+  } else if (keys) {
+    v = tensor_map_of<T>(a.v, D, a.seqlen_kv, a.heads_kv, a.batch, a.v_seq_stride, a.v_head_stride, a.v_batch_stride,
+                         S::kBlockN, site);
+  }
   // O is stored in boxes of one consumer warpgroup's 64 rows.
-  const CUtensorMap o = tensor_map(a.o, kBf16, D, a.seqlen_q, a.heads_q, a.batch, a.o_seq_stride, a.o_head_stride,
-                                   a.o_batch_stride, kBlockM / 2, site);
+  const CUtensorMap o = tensor_map_of<Out>(a.o, D, a.seqlen_q, a.heads_q, a.batch, a.o_seq_stride, a.o_head_stride,
+                                           a.o_batch_stride, kBlockM / 2, site);
   // Head groups of an eighth of the L2: a half (v5) let K and V be re-read
   // from DRAM 2.5 times over (ncu, docs/perf.md), hidden by the ring but not free.
   const TileScheduler scheduler{query_blocks, heads, head_group(a, shape.l2_bytes / 8), scheduler_counters(a.stream, site)};
@@ -155,6 +267,13 @@ void launch_hopper(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
   with_instance(a, [&]<typename T, int D>() { launch<T, D, kFlaw>(a, site); });
 }
 
+/// The fp8 path: e4m3 (or e5m2) Q, K, V at d = 128, O in bf16.
+template <HopperFlaw kFlaw>
+void launch_hopper_fp8(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
+  if (a.dtype == static_cast<int>(DType::e5m2)) launch<__nv_fp8_e5m2, 128, kFlaw>(a, site);
+  else launch<__nv_fp8_e4m3, 128, kFlaw>(a, site);
+}
+
 /// The mma family's domain on sm_90 only. TMA's strides must be multiples of
 /// 16 bytes, which d >= 64 in f16/bf16 guarantees for every layout.
 inline constexpr Capabilities kHopperCapabilities = [] {
@@ -163,6 +282,17 @@ inline constexpr Capabilities kHopperCapabilities = [] {
   c.tile_kv = 128;
   c.min_compute_capability = 90;
   c.softcap = true;
+  return c;
+}();
+
+/// hopper-fp8's domain: hopper's, in e4m3 and e5m2 at d = 128 (V^T's tile
+/// rows are kBlockN = 128 keys of one byte, one swizzle span). Finite inputs
+/// (kMmaCapabilities): fp8 P V multiplies masked keys' values by weight 0.
+inline constexpr Capabilities kHopperFp8Capabilities = [] {
+  Capabilities c = kHopperCapabilities;
+  c.dtypes = {DType::e4m3, DType::e5m2};
+  c.head_dims = {128};
+  c.product_accumulation_unit = 0x1p-13;  // fp8 wgmma's accumulation (Capabilities says why)
   return c;
 }();
 

@@ -1,12 +1,13 @@
 // The Hopper kernel's mainloop: the shared-memory plan, the producer's TMA
 // loads and the consumers' two wgmma products per key tile.
 //
-// Shared memory (1024-byte aligned panels: a panel is one TMA box of 64
-// columns x rows, 128 bytes a row, 128-byte swizzled):
+// Shared memory (1024-byte aligned panels: a panel is one TMA box of 128
+// bytes a row (64 f16/bf16 columns, 128 fp8 ones) x rows, 128-byte swizzled):
 //   Q      kPanels panels of kBlockM rows, loaded once per tile;
 //   O      the same shape, the epilogue's staging for the TMA store; when it
 //          does not fit (d = 256) O is staged in Q's place;
-//   K, V   a ring of kStages stages of kPanels panels of kBlockN rows;
+//   K, V   a ring of kStages stages of kPanels panels of kBlockN rows (fp8:
+//          V transposed, V^T's D rows of kBlockN keys, see launch.cuh);
 //   mbarriers: Q full/empty, per stage K full/empty and V full/empty, and
 //          per tile slot full/empty (the scheduler's hand-over of tile ids);
 //   the tile slots: kTileSlots ints.
@@ -15,6 +16,9 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <type_traits>
 
 #include "hopper/hopper_ptx.cuh"
 #include "hopper/mask.cuh"
@@ -32,23 +36,43 @@ inline constexpr int kStages = 2;
 inline constexpr int kTurn = 3;
 inline constexpr int kTileSlots = 2;  // tile ids in flight from the producer to the consumers
 
-template <int D>
+/// An element type's layout facts: a 128-byte row (one swizzle span) holds
+/// 128 / bytes elements, and one wgmma's k covers 32 bytes (k16 for f16/bf16,
+/// k32 for fp8). O is written in Out: T, or bf16 for the fp8 formats.
+template <typename T>
+struct Element {
+  static constexpr int kBytes = sizeof(T);
+  static constexpr bool kFp8 = kBytes == 1;
+  static constexpr bool kE5m2 = std::is_same_v<T, __nv_fp8_e5m2>;
+  static constexpr int kPanelCols = 128 / kBytes;
+  static constexpr int kStepK = 32 / kBytes;
+  using Out = std::conditional_t<kFp8, __nv_bfloat16, T>;
+};
+
+/// The wgmma wrappers for an element type and N.
+template <typename T, int N>
+using WgmmaOf = std::conditional_t<Element<T>::kFp8, WgmmaFp8<N, Element<T>::kE5m2>,
+                                   Wgmma<N, std::is_same_v<T, __nv_bfloat16>>>;
+
+template <typename T, int D>
 struct Shape {
   static constexpr int kBlockN = D == 256 ? 64 : 128;  // keys per tile (registers: O D/2 + S kBlockN/2 floats)
-  static constexpr int kPanels = D / 64;
+  static constexpr int kPanels = D / Element<T>::kPanelCols;
   static constexpr int kQBytes = kPanels * kBlockM * 128;
   static constexpr int kKvBytes = kPanels * kBlockN * 128;  // one stage of K (or of V)
   static constexpr bool kOInQ = D == 256;                   // 64 + 64 + 128 KiB would exceed the 227 KiB
-  static constexpr int kOBytes = kOInQ ? 0 : kQBytes;
+  static constexpr int kOBytes = kOInQ ? 0 : (D / 64) * kBlockM * 128;  // O is 16-bit: D / 64 panels
+  // fp8's V^T stage is D rows of kBlockN bytes, one 128-byte swizzle span a row: kKvBytes when D = kBlockN = 128.
+  static_assert(!Element<T>::kFp8 || (D == 128 && kBlockN == 128), "fp8: d = 128 only");
   static constexpr int kBarriers = 2 + 4 * kStages + 2 * kTileSlots;
   static constexpr int kSmemBytes = 1024 + kQBytes + kOBytes + 2 * kStages * kKvBytes + 8 * kBarriers + 4 * kTileSlots;
 };
 
 /// Addresses are computed, not stored, so that a runtime stage index does not
 /// put an array in local memory.
-template <int D>
+template <typename T, int D>
 struct Smem {
-  using S = Shape<D>;
+  using S = Shape<T, D>;
   std::uint32_t base;
 
   __device__ explicit Smem(unsigned char* raw) : base((smem_address(raw) + 1023u) & ~1023u) {}
@@ -95,31 +119,36 @@ struct Ring {
 /// The producer's loads for one tile: its first K, then Q (once the
 /// consumers have released the previous tile's Q), then the rest, each into
 /// the next free stage. `q_uses` counts the tiles loaded so far.
-template <int D>
-__device__ __forceinline__ void produce_tile(const Smem<D>& smem, const CUtensorMap& map_q, const CUtensorMap& map_k,
+template <typename T, int D>
+__device__ __forceinline__ void produce_tile(const Smem<T, D>& smem, const CUtensorMap& map_q, const CUtensorMap& map_k,
                                              const CUtensorMap& map_v, const Tile& tile, int hk, int begin, int end,
                                              Ring& ring, int q_uses) {
-  using S = Shape<D>;
+  using S = Shape<T, D>;
+  constexpr int kCols = Element<T>::kPanelCols;
   const auto load_k = [&](int key_tile) {
     const int s = ring.stage();
     mbarrier_wait(smem.k_empty(s), ring.phase() ^ 1);
     mbarrier_expect_bytes(smem.k_full(s), S::kKvBytes);
     for (int p = 0; p < S::kPanels; ++p)
-      tma_load_4d(smem.k(s) + p * S::kBlockN * 128, &map_k, smem.k_full(s), 64 * p, key_tile * S::kBlockN, hk, tile.b);
+      tma_load_4d(smem.k(s) + p * S::kBlockN * 128, &map_k, smem.k_full(s), kCols * p, key_tile * S::kBlockN, hk, tile.b);
   };
   const auto load_v = [&](int key_tile) {
     const int s = ring.stage();
     mbarrier_wait(smem.v_empty(s), ring.phase() ^ 1);
     mbarrier_expect_bytes(smem.v_full(s), S::kKvBytes);
-    for (int p = 0; p < S::kPanels; ++p)
-      tma_load_4d(smem.v(s) + p * S::kBlockN * 128, &map_v, smem.v_full(s), 64 * p, key_tile * S::kBlockN, hk, tile.b);
+    if constexpr (Element<T>::kFp8)  // V^T {keys, d, head, batch}: the tile's keys x all D rows in one box
+      tma_load_4d(smem.v(s), &map_v, smem.v_full(s), key_tile * S::kBlockN, 0, hk, tile.b);
+    else
+      for (int p = 0; p < S::kPanels; ++p)
+        tma_load_4d(smem.v(s) + p * S::kBlockN * 128, &map_v, smem.v_full(s), kCols * p, key_tile * S::kBlockN, hk,
+                    tile.b);
     ++ring.n;
   };
   if (begin < end) load_k(begin);
   mbarrier_wait(smem.q_empty(), (q_uses & 1) ^ 1);
   mbarrier_expect_bytes(smem.q_full(), S::kQBytes);
   for (int p = 0; p < S::kPanels; ++p)
-    tma_load_4d(smem.q() + p * kBlockM * 128, &map_q, smem.q_full(), 64 * p, tile.q0, tile.h, tile.b);
+    tma_load_4d(smem.q() + p * kBlockM * 128, &map_q, smem.q_full(), kCols * p, tile.q0, tile.h, tile.b);
   for (int key_tile = begin; key_tile < end; ++key_tile) {
     if (key_tile > begin) load_k(key_tile);
     load_v(key_tile);
@@ -133,32 +162,39 @@ __device__ __forceinline__ void produce_tile(const Smem<D>& smem, const CUtensor
 /// the softmax of S_j runs while O's product is in flight.
 template <typename T, int D, HopperFlaw kFlaw>
 struct Consumer {
-  using S = Shape<D>;
+  using S = Shape<T, D>;
   static constexpr int kBlockN = S::kBlockN, kTilesN = kBlockN / 8, kTilesD = D / 8;
-  static constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  static constexpr int kStepK = Element<T>::kStepK;
+  static constexpr int kChunks = kBlockN / kStepK;  // P's A fragments: one per k step of O += P V
 
-  const Smem<D>& smem;
+  const Smem<T, D>& smem;
   int c;  // which consumer: 0 or 1
 
-  /// S = Q K^T: D / 16 steps of k16, each 32 bytes further along a 128-byte row.
+  /// S = Q K^T: D / kStepK steps (k16, or k32 for fp8), each 32 bytes further along a 128-byte row.
   __device__ __forceinline__ void issue_s(float (&s)[kTilesN][4], int stage) const {
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
+    for (int kk = 0; kk < D / kStepK; ++kk) {
       const std::uint32_t q_at = smem.q() + (kk / 4) * kBlockM * 128 + c * 64 * 128 + (kk % 4) * 32;
       const std::uint32_t k_at = smem.k(stage) + (kk / 4) * kBlockN * 128 + (kk % 4) * 32;
-      Wgmma<kBlockN, kBf16>::ss(s, sw128_descriptor(q_at, 16, 1024), sw128_descriptor(k_at, 16, 1024), kk > 0);
+      WgmmaOf<T, kBlockN>::ss(s, sw128_descriptor(q_at, 16, 1024), sw128_descriptor(k_at, 16, 1024), kk > 0);
     }
     wgmma_commit();
   }
   /// O += P V: kBlockN / 16 steps of k16 (16 key rows, 2048 bytes of each V panel).
   /// The tile's first product overwrites O (`accumulate` false), so that O's
   /// registers are only ever defined by wgmma and the softmax's rescale.
-  __device__ __forceinline__ void issue_pv(float (&o)[kTilesD][4], const std::uint32_t (&p)[kTilesN / 2][4],
-                                           int stage, bool accumulate) const {
+  /// fp8: kBlockN / 32 steps of k32 on V^T (K-major, as fp8 wgmma needs): D
+  /// rows of kBlockN keys, each step 32 bytes further along the rows.
+  __device__ __forceinline__ void issue_pv(float (&o)[kTilesD][4], const std::uint32_t (&p)[kChunks][4], int stage,
+                                           bool accumulate) const {
 #pragma unroll
-    for (int kc = 0; kc < kBlockN / 16; ++kc)
-      Wgmma<D, kBf16>::rs(o, p[kc], sw128_descriptor(smem.v(stage) + kc * 16 * 128, kBlockN * 128, 1024),
+    for (int kc = 0; kc < kChunks; ++kc) {
+      if constexpr (Element<T>::kFp8)
+        WgmmaOf<T, D>::rs(o, p[kc], sw128_descriptor(smem.v(stage) + kc * 32, 16, 1024), kc > 0 || accumulate);
+      else
+        WgmmaOf<T, D>::rs(o, p[kc], sw128_descriptor(smem.v(stage) + kc * 16 * 128, kBlockN * 128, 1024),
                           kc > 0 || accumulate);
+    }
     wgmma_commit();
   }
   __device__ __forceinline__ void wait_k(const Ring& ring) const { mbarrier_wait(smem.k_full(ring.stage()), ring.phase()); }
@@ -177,6 +213,25 @@ struct Consumer {
   __device__ __forceinline__ void take_turn() const { named_barrier_sync(kTurn + c, kConsumerThreads); }
   __device__ __forceinline__ void pass_turn() const { named_barrier_arrive(kTurn + (1 - c), kConsumerThreads); }
 
+  /// fp8: each tile's P V goes to a fresh accumulator, added to O in f32 by
+  /// the CUDA cores (FlashAttention-3 and cuDNN carry O in the wgmma's). The
+  /// fp8 tensor cores keep about 13 fraction bits while they accumulate
+  /// (Capabilities::product_accumulation_unit): carried over a long row, O's
+  /// accumulator (the sum of every tile's P V, up to the row's length times
+  /// |V|) truncates each tile's addition at 2^-13 of itself. Measured on an
+  /// H100 (2026-11-27, v1 without this): O 1.3 off (of about 1.9) at 32768
+  /// uniform keys, and a bias of t = -4431 at 4096 (docs/perf.md). DeepGEMM
+  /// promotes its fp8 products to f32 the same way.
+  static constexpr bool kPromote = Element<T>::kFp8;
+  /// O = (O + pv) x correction (the tile's product added, then the row's rescale); O = pv x correction at first.
+  __device__ __forceinline__ static void promote(float (&o)[kTilesD][4], const float (&pv)[kTilesD][4],
+                                                 const Correction& correction, bool first) {
+#pragma unroll
+    for (int dt = 0; dt < kTilesD; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[dt][e] = ((first ? 0.0f : o[dt][e]) + pv[dt][e]) * correction.factor[e / 2];
+  }
+
   __device__ void run(const TileMask<kBlockN, kFlaw>& mask, Ring& ring, float (&o)[kTilesD][4],
                       OnlineSoftmax& softmax) const {
     const int begin = mask.plan.begin, end = mask.plan.end;
@@ -185,7 +240,13 @@ struct Consumer {
       return;
     }
     float s[kTilesN][4];
-    std::uint32_t p[kTilesN / 2][4];
+    std::uint32_t p[kChunks][4];
+    // fp8: the tile's P V (kPromote); otherwise unused, and O takes the products itself.
+    float pv[kPromote ? kTilesD : 1][4];
+    auto& product = [&]() -> float (&)[kTilesD][4] {
+      if constexpr (kPromote) return pv;
+      else return o;
+    }();
 
     wait_k(ring);
     take_turn();
@@ -211,7 +272,7 @@ struct Consumer {
       take_turn();
       wgmma_fence();
       issue_s(s, ring.stage());
-      issue_pv(o, p, previous.stage(), key_tile > begin + 1);
+      issue_pv(product, p, previous.stage(), !kPromote && key_tile > begin + 1);
       pass_turn();
       wgmma_wait<1>();  // S done; O's product may still run
       fence_operands(s);
@@ -221,21 +282,23 @@ struct Consumer {
       mask.apply(s, key_tile);
       const Correction correction = softmax.exponentiate(s);
       wgmma_wait<0>();
-      fence_operands(o);
+      fence_operands(product);
       fence_operands(p);  // P's registers stay reserved until the product that reads them is done
       mbarrier_arrive(smem.v_empty(previous.stage()));
-      OnlineSoftmax::rescale(o, correction);
+      if constexpr (kPromote) promote(o, pv, correction, key_tile == begin + 1);
+      else OnlineSoftmax::rescale(o, correction);
       OnlineSoftmax::to_fragments<T>(s, p);
     }
 
     mbarrier_wait(smem.v_full(ring.stage()), ring.phase());
     take_turn();
     wgmma_fence();
-    issue_pv(o, p, ring.stage(), end > begin + 1);
+    issue_pv(product, p, ring.stage(), !kPromote && end > begin + 1);
     pass_turn();
     wgmma_wait<0>();
-    fence_operands(o);
+    fence_operands(product);
     mbarrier_arrive(smem.v_empty(ring.stage()));
+    if constexpr (kPromote) promote(o, pv, Correction{{1.0f, 1.0f}}, end == begin + 1);
     ++ring.n;
   }
 };

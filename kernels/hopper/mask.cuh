@@ -21,6 +21,7 @@ enum class HopperFlaw {
   tail_unmasked,   // the zero-filled keys past the sequence are not masked: S = 0 joins the softmax
   no_proxy_fence,  // O written to shared memory and stored by TMA without fence.proxy.async
   softcap_before_scale,  // the cap taken of the unscaled q.k (C tanh(q.k / C)), the scale applied after it
+  fp8_descale_missing,   // fp8: Q's and K's descale factors left out of the logit scale
 };
 
 template <int kBlockN, HopperFlaw kFlaw>

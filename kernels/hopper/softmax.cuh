@@ -19,6 +19,10 @@
 // (measured: softcap=131072 moved an LSE by 5e-3, SoftcapToInfinityIsNone).
 #pragma once
 
+#include <cuda_fp8.h>
+
+#include <type_traits>
+
 #include "common/softmax.cuh"
 #include "hopper/mask.cuh"
 
@@ -78,6 +82,28 @@ struct OnlineSoftmax {
   template <typename T, int kTilesN>
   __device__ __forceinline__ static void to_fragments(const float (&s)[kTilesN][4], std::uint32_t (&p)[kTilesN / 2][4]) {
     kernels::to_fragments<T>(s, p);
+  }
+  /// fp8: P (unnormalized, in [0, 1]) rounded to the format (cvt.rn.satfinite)
+  /// as the m16n8k32 A fragment of each 32 keys: register 0 holds row g's
+  /// slots 4t..4t+3, 1 row g + 8's, 2 and 3 the slots 16 on. Slot 4t + i takes
+  /// key 2t + i (i < 2) or 8 + 2t + i - 2 of its 16 (the C layout's columns
+  /// this thread holds), so no value moves between threads: V^T's keys are
+  /// stored in that order instead (launch.cuh: transpose_v_fp8).
+  template <typename T, int kTilesN>
+  __device__ __forceinline__ static void to_fragments(const float (&s)[kTilesN][4], std::uint32_t (&p)[kTilesN / 4][4]) {
+    constexpr __nv_fp8_interpretation_t kFormat = std::is_same_v<T, __nv_fp8_e5m2> ? __NV_E5M2 : __NV_E4M3;
+    const auto pack4 = [](float a, float b, float c, float d) {
+      const std::uint32_t low = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, kFormat);
+      const std::uint32_t high = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, kFormat);
+      return low | high << 16;
+    };
+#pragma unroll
+    for (int kc = 0; kc < kTilesN / 4; ++kc) {
+      p[kc][0] = pack4(s[4 * kc][0], s[4 * kc][1], s[4 * kc + 1][0], s[4 * kc + 1][1]);
+      p[kc][1] = pack4(s[4 * kc][2], s[4 * kc][3], s[4 * kc + 1][2], s[4 * kc + 1][3]);
+      p[kc][2] = pack4(s[4 * kc + 2][0], s[4 * kc + 2][1], s[4 * kc + 3][0], s[4 * kc + 3][1]);
+      p[kc][3] = pack4(s[4 * kc + 2][2], s[4 * kc + 2][3], s[4 * kc + 3][2], s[4 * kc + 3][3]);
+    }
   }
 };
 

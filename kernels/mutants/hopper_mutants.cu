@@ -18,6 +18,10 @@ struct Registrations {
                                    "hopper not masking the zero-filled keys past the sequence in the softmax");
     add<HopperFlaw::softcap_before_scale>("mutant-hopper-softcap-before-scale",
                                           "hopper capping the unscaled logits, C tanh(q.k / C), and scaling after");
+    gpu::KernelRegistration("mutant-hopper-fp8-descale-missing",
+                            "hopper-fp8 leaving Q's and K's descale factors out of the logit scale",
+                            kHopperFp8Capabilities, launch_hopper_fp8<HopperFlaw::fp8_descale_missing>,
+                            Registry::Kind::mutant);
     add<HopperFlaw::no_proxy_fence>("mutant-hopper-no-proxy-fence",
                                     "hopper storing O by TMA without fence.proxy.async after writing it to shared memory");
     // Measured on the H200 (docs/perf.md, 2026-11-22): every output was right

@@ -75,6 +75,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <chrono>
 #include <cstring>
@@ -97,6 +98,7 @@
 
 #include "flashcheck/core/gpu/gpu_subject.hpp"
 #include "flashcheck/oracles/cudnn/cudnn_sdpa_testing.hpp"
+#include "fp8_widen.hpp"
 
 namespace flashcheck {
 namespace {
@@ -108,7 +110,15 @@ int injected_build_failures = 0;
 int injected_execute_failures = 0;
 
 // Tensor uids of the variant pack.
-enum Uid : std::int64_t { kQ = 1, kK, kV, kO, kStats, kSeqQ, kSeqKv, kdO, kdQ, kdK, kdV, kPageTableK, kPageTableV };
+enum Uid : std::int64_t {
+  kQ = 1, kK, kV, kO, kStats, kSeqQ, kSeqKv, kdO, kdQ, kdK, kdV, kPageTableK, kPageTableV,
+  // sdpa_fp8's scales (f32 scalars on the device) and amax outputs.
+  kDescaleQ, kDescaleK, kDescaleV, kDescaleS, kScaleS, kScaleO, kAmaxS, kAmaxO
+};
+
+// cudnn-fp8's P scale: P (at most 1) x 256 is quantized, and 1/256 undoes it
+// (a power of two below e4m3's 448, so no P saturates and none is rounded twice).
+constexpr float kFp8ScaleS = 256.0f;
 
 // Whether the backward hands cuDNN Stats as given (-inf where a row sees no
 // key) instead of +inf there (cudnn_testing).
@@ -156,6 +166,41 @@ constexpr Capabilities kCapabilities = {
                         "cuDNN's per architecture (d, dv <= 256 on Hopper, <= 128 on Ampere), the others refused at "
                         "launch",
 };
+
+// cudnn-fp8: cuDNN's fp8 SDPA forward (sdpa_fp8) on Hopper, the fp8 peer.
+// cuDNN 9.14's frontend on sm_90 (measured 2026-11-27 on an H100; the
+// frontend's sdpa_support_surface.h): O only in fp8 (a bf16 O needs sm_100),
+// so O is written at V's descale in e4m3 and widened to bf16 after the call
+// (fp8_output; the widening is the harness's, left out of timed launches);
+// no bottom-right alignment (sm_100 too), so the masks are none and
+// causal_tl; d = 128 here (the fp8 kernels the bench needs). e5m2 is
+// left out until a GPU run shows cuDNN takes it on sm_90.
+constexpr Capabilities kFp8Capabilities = [] {
+  Capabilities c = kCapabilities;
+  c.dtypes = {DType::e4m3};
+  c.head_dims = {128};
+  c.max_head_dim_v = 128;
+  c.masks = {MaskKind::none, MaskKind::causal_tl};
+  c.min_page_size = 0;
+  c.page_size_power_of_two = false;
+  c.backward = false;
+  c.backward_deterministic = false;
+  c.backward_operands_in_dtype = false;
+  c.backward_single_position = true;
+  c.aligned_masks_need_sq_le_skv = false;
+  c.product_accumulation_unit = 0x1p-13;  // the fp8 tensor cores' accumulation (subject.hpp)
+  c.fp8_output = true;
+  c.min_compute_capability = 90;  // fp8 SDPA is Hopper's and newer (the frontend's support surface)
+  // Measured on an H100 (cuDNN 9.14, 2026-11-27): every seqlen_q = 1 refused
+  // ("No valid engine configs", 38 of 402 fuzz cases), no other shape.
+  c.min_seqlen_q = 2;
+  // Measured on an H100 (cuDNN 9.14, 2026-11-27): O 0.67 off (of 0.8) at
+  // 131072 keys of near-uniform weights, ratio 13.5; the accumulator model
+  // (subject.hpp) says 2^13 keys.
+  c.fp8_accumulator_keys = 8192;
+  c.known_deviations = "masked keys' non-finite values leak into O (0 x NaN); O is written in fp8 (fp8_output)";
+  return c;
+}();
 
 struct CachedGraph {
   std::shared_ptr<fe::graph::Graph> graph;
@@ -215,11 +260,18 @@ class CudnnSdpa final : public gpu::GpuSubject {
   CudnnSdpa() = default;
   /// A subject whose kernel caches and plan files live in `cache_dir` ("" for none).
   explicit CudnnSdpa(std::string cache_dir) : cache_dir_(std::move(cache_dir)) {}
-  std::string_view name() const override { return "cudnn"; }
-  std::string_view description() const override {
-    return "cuDNN fused attention (SDPA) through the cuDNN frontend graph API";
+  /// cudnn-fp8 (kFp8Capabilities), with the same cache folder as `cudnn`.
+  struct Fp8 {};
+  explicit CudnnSdpa(Fp8) : fp8_(true) {
+    dynamic_off_ = "fp8 graphs are built per geometry";
+    dynamic_off_backward_ = dynamic_off_;
   }
-  const Capabilities& capabilities() const override { return kCapabilities; }
+  std::string_view name() const override { return fp8_ ? "cudnn-fp8" : "cudnn"; }
+  std::string_view description() const override {
+    return fp8_ ? "cuDNN's fp8 SDPA forward (sdpa_fp8, e4m3, O in fp8 widened to bf16) through the cuDNN frontend"
+                : "cuDNN fused attention (SDPA) through the cuDNN frontend graph API";
+  }
+  const Capabilities& capabilities() const override { return fp8_ ? kFp8Capabilities : kCapabilities; }
   std::string version_info() const override {
     return fmt::format("cuDNN {} (built against {}), cudnn-frontend {}, {}", cudnnGetVersion(), CUDNN_VERSION,
                        CUDNN_FRONTEND_VERSION,
@@ -451,7 +503,10 @@ class CudnnSdpa final : public gpu::GpuSubject {
     }
     try {
       auto graph = std::make_shared<fe::graph::Graph>();
-      const auto io = p.dtype == DType::bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF;
+      const auto io = p.dtype == DType::e4m3   ? fe::DataType_t::FP8_E4M3
+                      : p.dtype == DType::e5m2 ? fe::DataType_t::FP8_E5M2
+                      : p.dtype == DType::bf16 ? fe::DataType_t::BFLOAT16
+                                               : fe::DataType_t::HALF;
       graph->set_io_data_type(io).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(
           fe::DataType_t::FLOAT);
       // Before any node: the SDPA node picks its implementation from the context.
@@ -543,6 +598,33 @@ class CudnnSdpa final : public gpu::GpuSubject {
             {a.k_batch_stride, a.k_head_stride, a.k_seq_stride, 1});
         dv->set_output(true).set_uid(kdV).set_dim({p.batch, p.heads_kv, p.seqlen_kv, p.head_dim_v}).set_stride(
             {a.v_batch_stride, a.v_head_stride, a.v_seq_stride, 1});
+      } else if (is_fp8(p.dtype)) {
+        // O = (P x scale_s in fp8) V x descale_s descale_v scale_o, with
+        // S = Q K^T descale_q descale_k attn_scale: the scales are device scalars.
+        auto scalar = [&](const char* name, Uid uid) {
+          return graph->tensor(fe::graph::Tensor_attributes()
+                                   .set_name(name)
+                                   .set_uid(uid)
+                                   .set_dim({1, 1, 1, 1})
+                                   .set_stride({1, 1, 1, 1})
+                                   .set_data_type(fe::DataType_t::FLOAT));
+        };
+        auto attributes = fe::graph::SDPA_fp8_attributes()
+                              .set_name("flashcheck_sdpa_fp8")
+                              .set_generate_stats(true)
+                              .set_attn_scale(static_cast<float>(p.softmax_scale));
+        set_masks(attributes);
+        auto [o, stats, amax_s, amax_o] =
+            graph->sdpa_fp8(q, k, v, scalar("descale_q", kDescaleQ), scalar("descale_k", kDescaleK),
+                            scalar("descale_v", kDescaleV), scalar("descale_s", kDescaleS),
+                            scalar("scale_s", kScaleS), scalar("scale_o", kScaleO), attributes);
+        o->set_output(true).set_uid(kO).set_dim({p.batch, p.heads_q, p.seqlen_q, p.head_dim_v}).set_stride(
+            {a.o_batch_stride, a.o_head_stride, a.o_seq_stride, 1}).set_data_type(io);
+        stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim(stats_dim).set_stride(
+            stats_stride);
+        for (auto [amax, uid] : {std::pair{amax_s, kAmaxS}, std::pair{amax_o, kAmaxO}})
+          amax->set_output(true).set_uid(uid).set_dim({1, 1, 1, 1}).set_stride({1, 1, 1, 1}).set_data_type(
+              fe::DataType_t::FLOAT);
       } else {
         auto attributes = fe::graph::SDPA_attributes()
                               .set_name("flashcheck_sdpa")
@@ -734,7 +816,33 @@ class CudnnSdpa final : public gpu::GpuSubject {
     Problem forward = p;
     forward.pass = Pass::fwd;
     std::lock_guard<std::mutex> lock(mutex_);
-    run_graph(forward, a, variant_pack(forward, a), site);
+    if (!is_fp8(p.dtype)) {
+      run_graph(forward, a, variant_pack(forward, a), site);
+      return;
+    }
+    // fp8: O in fp8 at V's descale (scale_o = 1 / descale_v), then widened
+    // to the bf16 O the problem takes, except in timed launches (timing()).
+    const std::size_t o_bytes = static_cast<std::size_t>(p.o_elements());
+    if (fp8_o_.bytes() < o_bytes) fp8_o_ = gpu::DeviceBuffer(o_bytes, site);
+    const std::array<float, 8> scales = {a.q_descale, a.k_descale, a.v_descale, 1.0f / kFp8ScaleS,
+                                         kFp8ScaleS,  1.0f / a.v_descale, 0.0f, 0.0f};
+    if (fp8_scales_.bytes() == 0) fp8_scales_ = gpu::DeviceBuffer(sizeof scales, site);
+    if (scales != uploaded_scales_) {  // the same inputs' launches (a timing) upload them once
+      gpu::check(cudaMemcpyAsync(fp8_scales_.get(), scales.data(), sizeof scales, cudaMemcpyHostToDevice, a.stream),
+                 "cudaMemcpyAsync (fp8 scales)", site);
+      gpu::check(cudaStreamSynchronize(a.stream), "cudaStreamSynchronize (fp8 scales)", site);
+      uploaded_scales_ = scales;
+    }
+    std::unordered_map<std::int64_t, void*> pack = variant_pack(forward, a);
+    pack[kO] = fp8_o_.get();
+    auto* scalar = static_cast<float*>(fp8_scales_.get());
+    for (const Uid uid : {kDescaleQ, kDescaleK, kDescaleV, kDescaleS, kScaleS, kScaleO, kAmaxS, kAmaxO})
+      pack[uid] = scalar + (uid - kDescaleQ);
+    run_graph(forward, a, std::move(pack), site);
+    if (!timing())
+      gpu::check(cudnn_fp8::widen_to_bf16(fp8_o_.get(), a.o, p.o_elements(), p.dtype == DType::e5m2, a.v_descale,
+                                          a.stream),
+                 "widen_to_bf16 (cudnn-fp8's O)", site);
   }
 
   // The backward (pass=bwd): sdpa_backward on the handed Q, K, V, O, Stats
@@ -826,9 +934,17 @@ class CudnnSdpa final : public gpu::GpuSubject {
   std::map<std::string, Topology> topologies_;        // by topology_key
   GraphCounters counters_;
   gpu::DeviceBuffer workspace_;
+  bool fp8_ = false;                     // cudnn-fp8
+  gpu::DeviceBuffer fp8_o_, fp8_scales_;  // its fp8 O, and its scales and amaxes (Uid order from kDescaleQ)
+  std::array<float, 8> uploaded_scales_{};
 };
 
 SubjectRegistration<CudnnSdpa> registration;
+const struct Fp8Registration {
+  Fp8Registration() {
+    Registry::instance().add([] { return std::make_unique<CudnnSdpa>(CudnnSdpa::Fp8{}); }, Registry::Kind::subject);
+  }
+} fp8_registration;
 
 }  // namespace
 

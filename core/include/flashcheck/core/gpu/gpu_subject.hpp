@@ -51,7 +51,10 @@ struct AttentionArgs {
   const std::int32_t* lens_kv = nullptr;
   const std::int32_t* page_table = nullptr;  // [batch, pages_per_sequence] on the device; null: contiguous K/V
   int page_size = 0, pages_per_sequence = 0, pages = 0;
-  int dtype;  // DType of Q, K, V and O
+  int dtype;  // DType of Q, K and V; O is output_dtype(dtype) (bf16 for fp8)
+  /// fp8 (dtype e4m3 / e5m2): each input's per-tensor descale factor, the
+  /// value of an element being stored x descale (HostTensor::descale); 1 otherwise.
+  float q_descale = 1, k_descale = 1, v_descale = 1;
   int batch, heads_q, heads_kv, seqlen_q, seqlen_kv, head_dim, head_dim_v;
   int mask;  // MaskKind
   int window_left, window_right;
@@ -110,6 +113,25 @@ class GpuSubject : public Subject {
   virtual BackwardNeeds backward_needs() const { return {}; }
   /// The LSE uploaded for the backward, from the handed one (default: as handed).
   virtual std::vector<float> backward_lse(const std::vector<float>& handed) const { return handed; }
+  /// Whether the launches under way are time()'s or time_backward()'s: a
+  /// subject that adds work of the harness's own to a launch (cudnn-fp8's
+  /// widening of its fp8 O to bf16) leaves it out of the timed ones.
+  bool timing() const { return timing_; }
+
+ private:
+  friend struct TimingScope;
+  bool timing_ = false;
+};
+
+/// Sets a subject's timing() for its life (gpu_subject.cpp).
+struct TimingScope {
+  explicit TimingScope(GpuSubject& subject) : subject_(subject) { subject_.timing_ = true; }
+  ~TimingScope() { subject_.timing_ = false; }
+  TimingScope(const TimingScope&) = delete;
+  TimingScope& operator=(const TimingScope&) = delete;
+
+ private:
+  GpuSubject& subject_;
 };
 
 /// The launcher of a kernel whose domain and launch need nothing but the args.

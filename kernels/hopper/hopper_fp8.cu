@@ -1,0 +1,47 @@
+// hopper-fp8: the Hopper kernel (hopper.cu, v6 with softcap) on fp8 inputs,
+// sm_90a. This file's kernel is version 2 (issue 25; docs/perf.md, "fp8 on
+// Hopper").
+//
+// v2 changed from v1: each key tile's P V goes to a fresh wgmma accumulator
+// and is added to O in f32 (mainloop.cuh: Consumer::promote). v1 carried O
+// in the fp8 tensor cores' accumulator, which keeps about 13 fraction bits:
+// O stalled on long rows (1.3 off at 32768 near-uniform keys) and leaned
+// toward zero (bias t = -4431 at 4096). ptxas: 168 registers, 152 bytes of
+// spill stores (v1: none).
+//  Speed (v2): H100, 2026-11-27, `flashcheck bench -s hopper-fp8,cudnn-fp8`
+//  (cuDNN 9.14's fp8 SDPA in the same run), e4m3 d=128: B=4 H=16 N=4096
+//  0.814 ms, 676 TFLOP/s (0.70x cuDNN's 964); causal_tl 543 (0.64x); B=1
+//  H=16 N=16384 740 (0.73x); B=2 Hq=32 Hkv=8 N=8192 742 (0.75x).
+//  v1: 716 (0.75x), causal 581 (0.70x), 16384 776 (0.75x). bf16's hopper in
+//  the same run: 609 TFLOP/s (0.92x cuDNN bf16).
+//
+// Version 1, what changed from hopper: the element type. Q, K and V are e4m3 (or e5m2)
+// with per-tensor descales (AttentionArgs::q/k/v_descale), O is bf16.
+//  - S = Q K^T on wgmma m64n128k32 (fp8 operands, both K-major): the same
+//    128-byte swizzled panels, 128 fp8 columns each, so d = 128 is one panel
+//    and each k32 step is 32 bytes along it, as each k16 step is in bf16.
+//  - O += P V: fp8 wgmma takes B K-major only, and the product's k is the
+//    keys, so a pre-pass (launch.cuh: transpose_v_fp8) writes V^T, its keys
+//    padded to the tile and each 16 stored in the order in which the S
+//    accumulator's columns fall into P's k32 A fragment (softmax.cuh): P is
+//    converted in place (cvt.rn.satfinite, unnormalized, in [0, 1]) and no
+//    value moves between threads. FlashAttention-3 transposes V in shared
+//    memory inside the kernel instead; the pre-pass costs one read and one
+//    write of V.
+//  - The descales of Q and K fold into the logit scale (and so into the
+//    softcap and LSE); V's multiplies O with the row sum's reciprocal.
+// Domain: kHopperFp8Capabilities (launch.cuh): d = 128, every mask, GQA,
+// varlen, softcap, LSE; e4m3 and e5m2 (P in the inputs' format: e5m2's P
+// keeps 2 fraction bits, as the baseline rounds it).
+#include "hopper/launch.cuh"
+
+namespace flashcheck::kernels::hopper {
+namespace {
+
+gpu::KernelRegistration registration("hopper-fp8",
+                                     "Hopper on fp8 (e4m3/e5m2, d=128, O in bf16): the hopper kernel with k32 fp8 "
+                                     "wgmma, V transposed by a pre-pass, the descales folded into the scale (sm_90a)",
+                                     kHopperFp8Capabilities, launch_hopper_fp8<HopperFlaw::none>);
+
+}  // namespace
+}  // namespace flashcheck::kernels::hopper
