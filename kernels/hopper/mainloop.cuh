@@ -232,6 +232,14 @@ struct Consumer {
       for (int e = 0; e < 4; ++e) o[dt][e] = ((first ? 0.0f : o[dt][e]) + pv[dt][e]) * correction.factor[e / 2];
   }
 
+  /// Where P V goes: the tile's own accumulator when promoting, O otherwise.
+  template <int kRows>
+  __device__ __forceinline__ static auto product_of(float (&o)[kTilesD][4], float (&pv)[kRows][4])
+      -> float (&)[kTilesD][4] {
+    if constexpr (kPromote) return pv;
+    else return o;
+  }
+
   __device__ void run(const TileMask<kBlockN, kFlaw>& mask, Ring& ring, float (&o)[kTilesD][4],
                       OnlineSoftmax& softmax) const {
     const int begin = mask.plan.begin, end = mask.plan.end;
@@ -243,10 +251,7 @@ struct Consumer {
     std::uint32_t p[kChunks][4];
     // fp8: the tile's P V (kPromote); otherwise unused, and O takes the products itself.
     float pv[kPromote ? kTilesD : 1][4];
-    auto& product = [&]() -> float (&)[kTilesD][4] {
-      if constexpr (kPromote) return pv;
-      else return o;
-    }();
+    float (&product)[kTilesD][4] = product_of(o, pv);
 
     wait_k(ring);
     take_turn();
