@@ -6,6 +6,7 @@
 #include <cmath>
 #include <initializer_list>
 #include <limits>
+#include <vector>
 
 #include "flashcheck/core/values.hpp"
 #include "flashcheck/judge/judge.hpp"
@@ -87,6 +88,18 @@ TEST(CpuSubjects, AKeyScoringMinusInfinityStillAddsZeroTimesV) {
     EXPECT_EQ(b.verdict_kind, VerdictKind::pass) << explain(b);
     EXPECT_TRUE(std::isnan(subject->run(p, nan_key).outputs.lse[0])) << subject->name();
   }
+}
+
+// The peer of a problem is the first of the list whose domain holds it.
+TEST(CpuSubjects, PeerForTakesTheFirstPeerWhoseDomainHoldsTheProblem) {
+  CpuFa2Tiles tiles;  // f32, f16, bf16; d <= 256
+  CpuPlain plain;     // fp8 too; d <= 576
+  const std::vector<Subject*> peers = {&tiles, &plain};
+  EXPECT_EQ(peer_for(peers, parse_problem("b=1 hq=1 sq=4 skv=10 d=8 dtype=bf16")), &tiles);
+  EXPECT_EQ(peer_for(peers, parse_problem("b=1 hq=1 sq=4 skv=10 d=8 dtype=e4m3")), &plain);
+  EXPECT_EQ(peer_for(peers, parse_problem("b=1 hq=1 sq=4 skv=10 d=300 dtype=bf16")), &plain);
+  EXPECT_EQ(peer_for(peers, parse_problem("b=1 hq=1 sq=4 skv=10 d=600 dv=8 dtype=bf16")), nullptr);
+  EXPECT_EQ(peer_for({}, parse_problem("b=1 hq=1 sq=4 skv=10 d=8 dtype=e4m3")), nullptr);
 }
 
 }  // namespace

@@ -923,5 +923,22 @@ TEST_F(RecordTest, CaseMetricsCarryLseOnlyWhenPresent) {
   EXPECT_FALSE(nlohmann::json(m).contains("lse"));
 }
 
+// The coarse product accumulation of fp8 tensor cores (LogitCondition::
+// product_unit): O's logit noise takes ceil(d / 32) units of the condition,
+// LSE's d; without it both are as before.
+TEST(ToleranceTest, ProductUnitAddsStepsToOAndEveryProductToLse) {
+  LogitCondition c;
+  c.head_dim = 128;
+  const double plain_o = logit_noise(c, 1.0), plain_lse = lse_logit_noise(c, 1.0);
+  EXPECT_EQ(plain_o, plain_lse);
+  c.product_unit = 0x1p-13;
+  EXPECT_DOUBLE_EQ(logit_noise(c, 1.0) - plain_o, kLogitRoundings * 4 * 0x1p-13);
+  EXPECT_DOUBLE_EQ(lse_logit_noise(c, 1.0) - plain_lse, kLogitRoundings * 128 * 0x1p-13);
+  c.head_dim = 33;  // two k32 steps
+  LogitCondition no_unit = c;
+  no_unit.product_unit = 0;
+  EXPECT_DOUBLE_EQ(logit_noise(c, 2.0) - logit_noise(no_unit, 2.0), 2 * kLogitRoundings * 2 * 0x1p-13);
+}
+
 }  // namespace
 }  // namespace flashcheck

@@ -3,8 +3,12 @@
 // CaseResult, the record and `flashcheck run`'s output and exit code.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "flashcheck/oracles/cpu_lowp.hpp"
 #include "flashcheck/core/record.hpp"
@@ -129,6 +133,50 @@ TEST(Verdict, DeclaredDeviationCountsTheKeysARowSees) {
   EXPECT_TRUE(declared_deviation(caps, p, 30.0)) << "4 keys x 30 = 120";
   caps.accumulator_max = 0;
   EXPECT_FALSE(declared_deviation(caps, p, 1e300)) << "nothing declared";
+}
+
+// fp8_accumulator_keys: a declared limit for fp8 problems only, on the keys a row sees.
+TEST(Verdict, Fp8AccumulatorLimitIsDeclaredForFp8RowsPastIt) {
+  Capabilities caps = kCpuLowpCapabilities;
+  caps.fp8_accumulator_keys = 8;
+  const Problem short_rows = parse_problem("b=1 hq=1 sq=4 skv=10 d=8 dtype=e4m3 mask=causal_tl");  // 4 keys at most
+  const Problem long_rows = parse_problem("b=1 hq=1 sq=4 skv=10 d=8 dtype=e4m3");                  // 10 keys
+  const Problem bf16_rows = parse_problem("b=1 hq=1 sq=4 skv=10 d=8 dtype=bf16");
+  EXPECT_FALSE(declared_deviation(caps, short_rows, 1.0));
+  const auto limit = declared_deviation(caps, long_rows, 1.0);
+  ASSERT_TRUE(limit);
+  EXPECT_NE(limit->find("fp8 tensor cores' accumulator"), std::string::npos) << *limit;
+  EXPECT_FALSE(declared_deviation(caps, bf16_rows, 1.0)) << "the limit is fp8's";
+}
+
+
+// fp8_output: the baseline's O is rounded to the inputs' format at V's
+// descale, for fp8 problems of a subject that declares it.
+TEST(Verdict, Fp8OutputRoundsTheBaselinesOAtVsDescale) {
+  const Problem p = parse_problem("b=1 hq=1 sq=2 skv=3 d=4 dv=2 dtype=e4m3");
+  AttentionRows rows(p, all_rows(p));
+  rows.o = {0.30, -1.7, 100.0, 0.0};
+  round_o_to_fp8(rows, DType::e4m3, 0.25);
+  for (double x : {0.30, -1.7, 100.0, 0.0})
+    EXPECT_NE(std::find(rows.o.begin(), rows.o.end(), round_to(DType::e4m3, x / 0.25) * 0.25), rows.o.end()) << x;
+  EXPECT_EQ(rows.o[0], 0.3125);  // 1.2 -> 1.25 in e4m3, times 0.25
+  EXPECT_EQ(rows.o[2], 96.0);    // 400 -> 384
+  Capabilities caps = kCpuLowpCapabilities;
+  EXPECT_FALSE(baseline_o_in_fp8(caps, p));
+  caps.fp8_output = true;
+  EXPECT_TRUE(baseline_o_in_fp8(caps, p));
+  EXPECT_FALSE(baseline_o_in_fp8(caps, parse_problem("b=1 hq=1 sq=2 skv=3 d=4 dtype=bf16")));
+  EXPECT_THROW(round_o_to_fp8(rows, DType::bf16, 1.0), std::invalid_argument);
+}
+
+// min_seqlen_q: the padded seqlen_q's least, with its reason.
+TEST(Verdict, MinSeqlenQRefusesShorterProblems) {
+  Capabilities caps = kCpuLowpCapabilities;
+  caps.min_seqlen_q = 2;
+  const auto reason = unsupported_reason(caps, parse_problem("b=1 hq=1 sq=1 skv=3 d=4 dtype=bf16"));
+  ASSERT_TRUE(reason);
+  EXPECT_EQ(*reason, "seqlen_q 1 is below 2");
+  EXPECT_FALSE(unsupported_reason(caps, parse_problem("b=1 hq=1 sq=2 skv=3 d=4 dtype=bf16")));
 }
 
 }  // namespace
