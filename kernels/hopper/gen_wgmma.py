@@ -39,50 +39,48 @@ def regs(start, count):
     return ", ".join(f"%{start + i}" for i in range(count))
 
 
+def method(name, n, shape, types, tail, a_in_registers):
+    """One wrapper: `shape` m64nNkK, `types` .f32.A.B, `tail` the immediates after scale-d."""
+    k = n // 2
+    if a_in_registers:
+        signature = f"float (&d)[{n // 8}][4], const std::uint32_t (&a)[4], std::uint64_t b, int scale_d"
+        a_operand, b_at, pred_at = f"{{{regs(k, 4)}}}", k + 4, k + 5
+        inputs = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d)'
+    else:
+        signature = f"float (&d)[{n // 8}][4], std::uint64_t a, std::uint64_t b, int scale_d"
+        a_operand, b_at, pred_at = f"%{k}", k + 1, k + 2
+        inputs = '"l"(a), "l"(b), "r"(scale_d)'
+    return "\n".join([
+        f"  __device__ __forceinline__ static void {name}({signature}) {{",
+        '    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(pred_at) + ', 0;\\n"',
+        f'                 "wgmma.mma_async.sync.aligned.{shape}.f32.{types} {{{regs(0, k)}}}, {a_operand}, %{b_at}, p, {tail};\\n}}\\n"',
+        f"                 : {operands(n)}",
+        f"                 : {inputs} : \"memory\");",
+        "  }",
+    ])
+
+
 def emit(n, bf16):
     t = "bf16" if bf16 else "f16"
-    k = n // 2
-    out = [f"template <>\nstruct Wgmma<{n}, {'true' if bf16 else 'false'}> {{"]
-    out.append(f"  __device__ __forceinline__ static void ss(float (&d)[{n // 8}][4], std::uint64_t a, std::uint64_t b, int scale_d) {{")
-    out.append('    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(k + 2) + ', 0;\\n"')
-    out.append(f'                 "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{regs(0, k)}}}, %{k}, %{k + 1}, p, 1, 1, 0, 0;\\n}}\\n"')
-    out.append(f"                 : {operands(n)}")
-    out.append('                 : "l"(a), "l"(b), "r"(scale_d) : "memory");')
-    out.append("  }")
-    out.append(f"  __device__ __forceinline__ static void ss_tb(float (&d)[{n // 8}][4], std::uint64_t a, std::uint64_t b, int scale_d) {{")
-    out.append('    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(k + 2) + ', 0;\\n"')
-    out.append(f'                 "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{regs(0, k)}}}, %{k}, %{k + 1}, p, 1, 1, 0, 1;\\n}}\\n"')
-    out.append(f"                 : {operands(n)}")
-    out.append('                 : "l"(a), "l"(b), "r"(scale_d) : "memory");')
-    out.append("  }")
-    out.append(f"  __device__ __forceinline__ static void rs(float (&d)[{n // 8}][4], const std::uint32_t (&a)[4], std::uint64_t b, int scale_d) {{")
-    out.append('    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(k + 5) + ', 0;\\n"')
-    out.append(f'                 "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{regs(0, k)}}}, {{{regs(k, 4)}}}, %{k + 4}, p, 1, 1, 1;\\n}}\\n"')
-    out.append(f"                 : {operands(n)}")
-    out.append('                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d) : "memory");')
-    out.append("  }")
-    out.append("};")
-    return "\n".join(out)
+    shape, types = f"m64n{n}k16", f"{t}.{t}"
+    return "\n".join([
+        f"template <>\nstruct Wgmma<{n}, {'true' if bf16 else 'false'}> {{",
+        method("ss", n, shape, types, "1, 1, 0, 0", False),
+        method("ss_tb", n, shape, types, "1, 1, 0, 1", False),
+        method("rs", n, shape, types, "1, 1, 1", True),
+        "};",
+    ])
 
 
 def emit_fp8(n, e5m2):
     t = "e5m2" if e5m2 else "e4m3"
-    k = n // 2
-    out = [f"template <>\nstruct WgmmaFp8<{n}, {'true' if e5m2 else 'false'}> {{"]
-    out.append(f"  __device__ __forceinline__ static void ss(float (&d)[{n // 8}][4], std::uint64_t a, std::uint64_t b, int scale_d) {{")
-    out.append('    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(k + 2) + ', 0;\\n"')
-    out.append(f'                 "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{t}.{t} {{{regs(0, k)}}}, %{k}, %{k + 1}, p, 1, 1;\\n}}\\n"')
-    out.append(f"                 : {operands(n)}")
-    out.append('                 : "l"(a), "l"(b), "r"(scale_d) : "memory");')
-    out.append("  }")
-    out.append(f"  __device__ __forceinline__ static void rs(float (&d)[{n // 8}][4], const std::uint32_t (&a)[4], std::uint64_t b, int scale_d) {{")
-    out.append('    asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(k + 5) + ', 0;\\n"')
-    out.append(f'                 "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{t}.{t} {{{regs(0, k)}}}, {{{regs(k, 4)}}}, %{k + 4}, p, 1, 1;\\n}}\\n"')
-    out.append(f"                 : {operands(n)}")
-    out.append('                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d) : "memory");')
-    out.append("  }")
-    out.append("};")
-    return "\n".join(out)
+    shape, types = f"m64n{n}k32", f"{t}.{t}"
+    return "\n".join([
+        f"template <>\nstruct WgmmaFp8<{n}, {'true' if e5m2 else 'false'}> {{",
+        method("ss", n, shape, types, "1, 1", False),
+        method("rs", n, shape, types, "1, 1", True),
+        "};",
+    ])
 
 
 print(HEAD)

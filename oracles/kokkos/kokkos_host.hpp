@@ -98,16 +98,30 @@ inline ka::StorageCode storage_code(DType dtype) {
   throw std::invalid_argument("Kokkos reference: unknown storage dtype");
 }
 
-// Decodes a raw [batch, heads, seq, dim] tensor (bhsd or bshd, f32 or 16-bit
-// bits) into `out` [batch][heads][rows][dim], row r taken from position(r)
+// A host tensor's elements as a decoding kernel reads them in the space's
+// memory: f32, 16-bit or 8-bit patterns (run_decoder fills in the arrays),
+// the value of an fp8 one being its pattern's times the tensor's descale.
+struct StoredElements {
+  ka::StorageCode code = ka::StorageCode::f32;
+  ka::DeviceArray<const float, 1> single{};
+  ka::DeviceArray<const std::uint16_t, 1> half_bits{};
+  ka::DeviceArray<const std::uint8_t, 1> byte_bits{};
+  double descale = 1;
+  KOKKOS_INLINE_FUNCTION double value_at(std::int64_t at) const {
+    if (code == ka::StorageCode::f32) return static_cast<double>(single(at));
+    if (ka::is_fp8(code)) return ka::decode_fp8(code, byte_bits(at)) * descale;
+    return ka::decode_half(code, half_bits(at));
+  }
+};
+
+// Decodes a raw [batch, heads, seq, dim] tensor (bhsd or bshd, any storage
+// dtype) into `out` [batch][heads][rows][dim], row r taken from position(r)
 // (every position when `position` is empty).
 template <class Space, class Acc>
 struct DecodeTensor {
   ka::DeviceArray<Acc, 4> out;
-  ka::DeviceArray<const std::uint16_t, 1> half_bits;
-  ka::DeviceArray<const float, 1> single;
+  StoredElements stored;
   ka::DeviceArray<const std::int64_t, 1> position;  // empty: row r is position r
-  ka::StorageCode code;
   bool bshd;
   std::int64_t heads, seqlen, dim;
 
@@ -117,14 +131,7 @@ struct DecodeTensor {
                        b = index / (dim * rows * heads);
     const std::int64_t s = position.extent(0) > 0 ? position(r) : r;
     const std::int64_t at = bshd ? ((b * seqlen + s) * heads + h) * dim + c : ((b * heads + h) * seqlen + s) * dim + c;
-    out(b, h, r, c) = static_cast<Acc>(value_at(at));
-  }
-  ka::DeviceArray<const std::uint8_t, 1> byte_bits{};  // fp8 storage
-  double descale = 1;                                  // fp8: each stored value times this
-  KOKKOS_INLINE_FUNCTION double value_at(std::int64_t at) const {
-    if (code == ka::StorageCode::f32) return static_cast<double>(single(at));
-    if (ka::is_fp8(code)) return ka::decode_fp8(code, byte_bits(at)) * descale;
-    return ka::decode_half(code, half_bits(at));
+    out(b, h, r, c) = static_cast<Acc>(stored.value_at(at));
   }
 };
 
@@ -162,10 +169,8 @@ struct RoundToWorking {
 template <class Space, class Acc>
 struct GatherPages {
   ka::DeviceArray<Acc, 4> out;
-  ka::DeviceArray<const std::uint16_t, 1> half_bits;
-  ka::DeviceArray<const float, 1> single;
+  StoredElements stored;
   ka::DeviceArray<const std::int32_t, 1> table;
-  ka::StorageCode code;
   bool bshd;
   std::int64_t page_size, per_sequence;
 
@@ -176,14 +181,7 @@ struct GatherPages {
     const std::int64_t page = table(b * per_sequence + s / page_size), slot = s % page_size;
     const std::int64_t at = bshd ? ((page * page_size + slot) * heads + h) * dim + c
                                  : ((page * heads + h) * page_size + slot) * dim + c;
-    out(b, h, s, c) = static_cast<Acc>(value_at(at));
-  }
-  ka::DeviceArray<const std::uint8_t, 1> byte_bits{};  // fp8 storage
-  double descale = 1;                                  // fp8: each stored value times this
-  KOKKOS_INLINE_FUNCTION double value_at(std::int64_t at) const {
-    if (code == ka::StorageCode::f32) return static_cast<double>(single(at));
-    if (ka::is_fp8(code)) return ka::decode_fp8(code, byte_bits(at)) * descale;
-    return ka::decode_half(code, half_bits(at));
+    out(b, h, s, c) = static_cast<Acc>(stored.value_at(at));
   }
 };
 
@@ -217,10 +215,10 @@ struct RawStorage {
 template <class Space, class Kernel>
 void run_decoder(Kernel kernel, const HostTensor& tensor, std::size_t elements, const char* name) {
   const RawStorage<Space> raw(tensor);
-  kernel.single = ka::device_array<const float>(raw.single);
-  kernel.half_bits = ka::device_array<const std::uint16_t>(raw.half);
-  kernel.byte_bits = ka::device_array<const std::uint8_t>(raw.bytes);
-  kernel.descale = tensor.descale();
+  kernel.stored.single = ka::device_array<const float>(raw.single);
+  kernel.stored.half_bits = ka::device_array<const std::uint16_t>(raw.half);
+  kernel.stored.byte_bits = ka::device_array<const std::uint8_t>(raw.bytes);
+  kernel.stored.descale = tensor.descale();
   Kokkos::parallel_for(name, Kokkos::RangePolicy<Space>(0, elements), kernel);
   Space().fence();
 }
@@ -233,8 +231,8 @@ Kokkos::View<Acc****, Kokkos::LayoutRight, Space> stage(const HostTensor& tensor
                                                         std::int64_t rows) {
   Kokkos::View<Acc****, Kokkos::LayoutRight, Space> out(std::string(label), extent(tensor.batch()), extent(tensor.heads()), extent(rows),
                                                         extent(tensor.dim()));
-  DecodeTensor<Space, Acc> decode{ka::device_array<Acc>(out), {}, {}, ka::device_array<const std::int64_t>(position),
-                                  storage_code(tensor.dtype()), tensor.layout() == Layout::bshd,
+  DecodeTensor<Space, Acc> decode{ka::device_array<Acc>(out), StoredElements{storage_code(tensor.dtype())},
+                                  ka::device_array<const std::int64_t>(position), tensor.layout() == Layout::bshd,
                                   tensor.heads(), tensor.seqlen(), tensor.dim()};
   run_decoder<Space>(decode, tensor, out.size(), "flashcheck::kokkos::decode");
   return out;
@@ -253,9 +251,9 @@ Kokkos::View<Acc****, Kokkos::LayoutRight, Space> stage_paged(const HostTensor& 
   Kokkos::View<std::int32_t*, Space> entries("page_table", table.entries.size());
   Kokkos::deep_copy(entries, Kokkos::View<const std::int32_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
                                  table.entries.data(), table.entries.size()));
-  GatherPages<Space, Acc> gather{ka::device_array<Acc>(out), {}, {}, ka::device_array<const std::int32_t>(entries),
-                                 storage_code(pool.dtype()), pool.layout() == Layout::bshd, table.page_size,
-                                 table.per_sequence};
+  GatherPages<Space, Acc> gather{ka::device_array<Acc>(out), StoredElements{storage_code(pool.dtype())},
+                                 ka::device_array<const std::int32_t>(entries), pool.layout() == Layout::bshd,
+                                 table.page_size, table.per_sequence};
   run_decoder<Space>(gather, pool, out.size(), "flashcheck::kokkos::gather_pages");
   return out;
 }
