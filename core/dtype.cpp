@@ -130,6 +130,12 @@ double max_finite(DType dtype) {
   return std::ldexp(2.0 - std::ldexp(1.0, 1 - l.precision), l.emax);
 }
 
+double fp8_descale_for(DType dtype, double amax) {
+  int exponent = 0;
+  const double fraction = std::frexp(amax / max_finite(dtype), &exponent);  // fraction in [0.5, 1)
+  return std::ldexp(1.0, fraction == 0.5 ? exponent - 1 : exponent);
+}
+
 double min_normal(DType dtype) { return std::ldexp(1.0, limits_of(dtype).emin); }
 
 double min_subnormal(DType dtype) {

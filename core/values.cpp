@@ -141,28 +141,6 @@ struct Generator {
     return 0.0;
   }
 
-  // An fp8 tensor's descale: the power of two that brings the largest finite
-  // |x| of the drawn values into the format's top binade, 2^ceil(log2(amax /
-  // max_finite)) (1 when every value is 0 or non-finite). A power of two keeps
-  // x / descale exact, so the only rounding is the format's; a framework's
-  // amax / max_finite differs from it by less than a factor 2.
-  double fp8_descale(Which which, const HostTensor& tensor) const {
-    const std::int64_t rows = tensor.batch() * tensor.heads() * tensor.seqlen();
-    double amax = 0;
-#pragma omp parallel for schedule(static) reduction(max : amax) if (tensor.size() > kParallelElements)
-    for (std::int64_t row = 0; row < rows; ++row) {
-      const std::int64_t s = row % tensor.seqlen();
-      const std::int64_t h = (row / tensor.seqlen()) % tensor.heads();
-      const std::int64_t b = row / (tensor.seqlen() * tensor.heads());
-      for (std::int64_t c = 0; c < tensor.dim(); ++c)
-        if (const double x = std::abs(value(which, b, h, s, c)); std::isfinite(x)) amax = std::max(amax, x);
-    }
-    if (amax == 0) return 1;
-    int exponent = 0;
-    const double fraction = std::frexp(amax / max_finite(tensor.dtype()), &exponent);  // fraction in [0.5, 1)
-    return std::ldexp(1.0, fraction == 0.5 ? exponent - 1 : exponent);
-  }
-
   // nan_inf always injects at least one special value into V, at a position
   // chosen by the geometry seed, so that small problems are not left clean.
   bool forced_special(Which which, std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t c) const {
@@ -172,8 +150,9 @@ struct Generator {
     return pick == here;
   }
 
-  void fill(Which which, HostTensor& tensor) const {
-    if (is_fp8(tensor.dtype())) tensor.set_descale(fp8_descale(which, tensor));
+  // f(b, h, s, c) on every element of the tensor's shape, rows in parallel.
+  template <typename F>
+  static void for_each_element(const HostTensor& tensor, F f) {
     const std::int64_t rows = tensor.batch() * tensor.heads() * tensor.seqlen();
     // Threads only pay off past a few thousand elements; below that, spinning
     // up a team (and its busy-waiting) costs more than the work.
@@ -182,8 +161,29 @@ struct Generator {
       const std::int64_t s = row % tensor.seqlen();
       const std::int64_t h = (row / tensor.seqlen()) % tensor.heads();
       const std::int64_t b = row / (tensor.seqlen() * tensor.heads());
-      for (std::int64_t c = 0; c < tensor.dim(); ++c) tensor.set(b, h, s, c, value(which, b, h, s, c));
+      for (std::int64_t c = 0; c < tensor.dim(); ++c) f(b, h, s, c);
     }
+  }
+
+  void fill(Which which, HostTensor& tensor) const {
+    if (!is_fp8(tensor.dtype())) {
+      for_each_element(tensor, [&](std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t c) {
+        tensor.set(b, h, s, c, value(which, b, h, s, c));
+      });
+      return;
+    }
+    // fp8: each value drawn once and kept until the descale that holds them
+    // all is known (fp8_descale_for: a power of two, so x / descale is exact
+    // and the format's rounding is the only one; 1 when no value is finite and non-zero).
+    std::vector<double> drawn(static_cast<std::size_t>(tensor.size()));
+    for_each_element(tensor, [&](std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t c) {
+      drawn[static_cast<std::size_t>(tensor.offset(b, h, s, c))] = value(which, b, h, s, c);
+    });
+    double amax = 0;
+    for (double x : drawn)
+      if (std::isfinite(x)) amax = std::max(amax, std::abs(x));
+    tensor.set_descale(amax > 0 ? fp8_descale_for(tensor.dtype(), amax) : 1.0);
+    for (std::int64_t n = 0; n < tensor.size(); ++n) tensor.store(n, drawn[static_cast<std::size_t>(n)]);
   }
 };
 

@@ -60,35 +60,24 @@ def method(name, n, shape, types, tail, a_in_registers):
     ])
 
 
-def emit(n, bf16):
-    t = "bf16" if bf16 else "f16"
-    shape, types = f"m64n{n}k16", f"{t}.{t}"
-    return "\n".join([
-        f"template <>\nstruct Wgmma<{n}, {'true' if bf16 else 'false'}> {{",
-        method("ss", n, shape, types, "1, 1, 0, 0", False),
-        method("ss_tb", n, shape, types, "1, 1, 0, 1", False),
-        method("rs", n, shape, types, "1, 1, 1", True),
-        "};",
-    ])
+def emit(template, n, flag, k_step, t, methods):
+    """One specialization: `template`<n, flag> with m64n{n}k{k_step} on .t.t operands."""
+    shape, types = f"m64n{n}k{k_step}", f"{t}.{t}"
+    return "\n".join([f"template <>\nstruct {template}<{n}, {'true' if flag else 'false'}> {{"] +
+                     [method(name, n, shape, types, tail, registers) for name, tail, registers in methods] + ["};"])
 
 
-def emit_fp8(n, e5m2):
-    t = "e5m2" if e5m2 else "e4m3"
-    shape, types = f"m64n{n}k32", f"{t}.{t}"
-    return "\n".join([
-        f"template <>\nstruct WgmmaFp8<{n}, {'true' if e5m2 else 'false'}> {{",
-        method("ss", n, shape, types, "1, 1", False),
-        method("rs", n, shape, types, "1, 1", True),
-        "};",
-    ])
+# f16/bf16 k16: ss, ss_tb (B MN-major) and rs; fp8 k32 has no transpose immediates.
+HALF_METHODS = [("ss", "1, 1, 0, 0", False), ("ss_tb", "1, 1, 0, 1", False), ("rs", "1, 1, 1", True)]
+FP8_METHODS = [("ss", "1, 1", False), ("rs", "1, 1", True)]
 
 
 print(HEAD)
 for n in (32, 64, 128, 256):
     for bf16 in (True, False):
-        print(emit(n, bf16))
+        print(emit("Wgmma", n, bf16, 16, "bf16" if bf16 else "f16", HALF_METHODS))
         print()
 for e5m2 in (False, True):
-    print(emit_fp8(128, e5m2))
+    print(emit("WgmmaFp8", 128, e5m2, 32, "e5m2" if e5m2 else "e4m3", FP8_METHODS))
     print()
 print("}  // namespace flashcheck::kernels::hopper")

@@ -126,9 +126,7 @@ void store_mapped(HostTensor& out, const std::vector<double>& values) {
     double amax = 0;
     for (double x : values)
       if (std::isfinite(x)) amax = std::max(amax, std::fabs(x));
-    double descale = out.descale();
-    while (amax > max_finite(out.dtype()) * descale) descale *= 2;
-    out.set_descale(descale);
+    if (amax > 0) out.set_descale(std::max(out.descale(), fp8_descale_for(out.dtype(), amax)));
   }
   for (std::int64_t n = 0; n < out.size(); ++n) out.store(n, values[static_cast<std::size_t>(n)]);
 }

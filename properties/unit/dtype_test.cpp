@@ -636,6 +636,20 @@ TEST(DtypeTest, NamesRoundTrip) {
   EXPECT_EQ(to_string(DType::e5m2), "e5m2");
 }
 
+// An fp8 descale is the least power of two that holds amax.
+TEST(DtypeTest, Fp8DescaleIsTheLeastPowerOfTwoThatHoldsAmax) {
+  EXPECT_EQ(fp8_descale_for(DType::e4m3, 448.0), 1.0);
+  EXPECT_EQ(fp8_descale_for(DType::e4m3, 448.5), 2.0);
+  EXPECT_EQ(fp8_descale_for(DType::e4m3, 224.0), 0.5);
+  EXPECT_EQ(fp8_descale_for(DType::e4m3, 4.5), 0x1p-6);  // 4.5 / 448 = 0.01: 2^-6 = 0.0156 holds it, 2^-7 does not
+  EXPECT_EQ(fp8_descale_for(DType::e5m2, 57344.0 * 8), 8.0);
+  for (double amax : {1e-30, 3.0, 1000.0, 7e8}) {
+    const double d = fp8_descale_for(DType::e4m3, amax);
+    EXPECT_LE(amax, 448 * d) << amax;
+    EXPECT_GT(amax, 448 * d / 2) << amax;
+  }
+}
+
 // The fp8 storage dtypes' limits, one byte each, and O in bf16.
 TEST(DtypeTest, Fp8StorageDtypesHaveTheFormatsLimits) {
   EXPECT_EQ(storage_bytes(DType::e4m3), 1);

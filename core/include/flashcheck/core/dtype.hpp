@@ -40,6 +40,11 @@ double max_finite(DType dtype);
 double min_normal(DType dtype);
 /// Smallest positive subnormal value.
 double min_subnormal(DType dtype);
+/// The descale an fp8 tensor whose largest finite magnitude is amax (> 0)
+/// takes: the least power of two d with amax <= max_finite(dtype) d, which
+/// puts amax in the format's top binade and keeps x / d exact (a framework's
+/// amax / max_finite is within a factor 2 of it).
+double fp8_descale_for(DType dtype, double amax);
 /// Spacing of representable values at |x| (the subnormal spacing below min_normal).
 double ulp_at(DType dtype, double x);
 
