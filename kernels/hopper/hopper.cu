@@ -3,7 +3,19 @@
 // softmax.cuh, mask.cuh, epilogue.cuh, scheduler.cuh; the instructions are in
 // hopper_ptx.cuh and wgmma_ops.cuh (generated), their layouts in NOTES.md.
 //
-// This file's kernel (v6; the versions' log with predictions: docs/perf.md).
+// This file's kernel (v7; the versions' log with predictions: docs/perf.md).
+// v7 changed from v6 (with hopper-fp8's v3, issue 25): a row's softmax
+// reference (its maximum) moves only when the new weights would pass 2^8
+// (FlashAttention-4's conditional rescaling), so O's 64 multiplies a tile
+// are skipped unless a row of the warp moved; each wgmma descriptor is one
+// per operand plus constant offsets (v6 built each from its address: ~40
+// integer instructions a tile); the row maximum is a tree and the row sum
+// four partial sums. Speed (v7): H100, 2026-11-27, `flashcheck bench -s
+// hopper-fp8,cudnn-fp8,hopper --problems .devrun/bench-fp8.problems`, bf16
+// d=128: B=4 H=16 N=4096 647 TFLOP/s (0.97x cuDNN's 670 in the same run),
+// causal 547 (0.94x); B=1 H=16 N=16384 605 (0.99x); d=64 and d=256 were not
+// measured for v7. v6 on an H100 (2026-11-27, the same bench): 0.903 ms
+// against cuDNN's 0.849 (0.94x), 16384: 3.78 ms against 3.62.
 // v6 changed from v5: head groups sized to an eighth of the L2 (was half),
 // which cut the DRAM traffic 2.6x (ncu: 584 -> 225 GB/s at d=128, L2 hit
 // 76% -> 87%) at the same speed; the launcher's once-per-device work moved

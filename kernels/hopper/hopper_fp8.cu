@@ -1,19 +1,32 @@
-// hopper-fp8: the Hopper kernel (hopper.cu, v6 with softcap) on fp8 inputs,
-// sm_90a. This file's kernel is version 2 (issue 25; docs/perf.md, "fp8 on
-// Hopper").
+// hopper-fp8: the Hopper kernel (hopper.cu) on fp8 inputs, sm_90a. This
+// file's kernel is version 3 (issue 25; docs/perf.md, "fp8 on Hopper").
+//
+// v3 changed from v2:
+//  - 256-key tiles, as cuDNN's fp8 kernel (64 x 256) and FlashAttention-3's
+//    (128 x 224) take. Each consumer turn issues the previous tile's P V,
+//    waits for it and adds it to O, then issues S = Q K^T (mainloop.cuh:
+//    Consumer::run_fp8): S (128 registers) and the product (64) are never
+//    live together, and the _first wgmma forms (wgmma_ops.cuh) tell ptxas so.
+//    v2 overlapped S with P V inside the warpgroup on 128-key tiles.
+//  - Shared with hopper (v7): a row's softmax reference moves only when its
+//    weights would pass 2^8 (FlashAttention-4's conditional rescaling, so O
+//    is rarely rescaled); the wgmma descriptors are one per operand plus
+//    constant offsets; the row maximum and sum are trees.
+//  - The V^T pre-pass transposes 4 x 4 blocks of bytes in registers (v2:
+//    single bytes through shared memory, 8-way bank conflicts, 51 us).
+//  ptxas: 168 registers, no spill in the mainloop (96 bytes around it).
+//  Speed (v3): H100, 2026-11-27, `flashcheck bench -s hopper-fp8,cudnn-fp8,hopper
+//  --problems .devrun/bench-fp8.problems` (cuDNN 9.14's fp8 SDPA in the same
+//  run), e4m3 d=128: B=4 H=16 N=4096 0.693 ms, 794 TFLOP/s (0.83x cuDNN's
+//  956); B=1 H=16 N=16384 879 (0.88x); B=2 Hq=32 Hkv=8 N=8192 863 (0.90x);
+//  causal_tl N=4096 609 (0.72x), N=16384 735 (0.78x).
+//  v2: 676 (0.70x), 740 (0.73x), 742 (0.75x), causal 543 (0.64x), 674 (0.73x).
 //
 // v2 changed from v1: each key tile's P V goes to a fresh wgmma accumulator
-// and is added to O in f32 (mainloop.cuh: Consumer::promote). v1 carried O
-// in the fp8 tensor cores' accumulator, which keeps about 13 fraction bits:
-// O stalled on long rows (1.3 off at 32768 near-uniform keys) and leaned
-// toward zero (bias t = -4431 at 4096). ptxas: 168 registers, 152 bytes of
-// spill stores (v1: none).
-//  Speed (v2): H100, 2026-11-27, `flashcheck bench -s hopper-fp8,cudnn-fp8`
-//  (cuDNN 9.14's fp8 SDPA in the same run), e4m3 d=128: B=4 H=16 N=4096
-//  0.814 ms, 676 TFLOP/s (0.70x cuDNN's 964); causal_tl 543 (0.64x); B=1
-//  H=16 N=16384 740 (0.73x); B=2 Hq=32 Hkv=8 N=8192 742 (0.75x).
-//  v1: 716 (0.75x), causal 581 (0.70x), 16384 776 (0.75x). bf16's hopper in
-//  the same run: 609 TFLOP/s (0.92x cuDNN bf16).
+// and is added to O in f32. v1 carried O in the fp8 tensor cores'
+// accumulator, which keeps about 13 fraction bits: O stalled on long rows
+// (1.3 off at 32768 near-uniform keys) and leaned toward zero (bias t = -4431
+// at 4096). v1: 716 TFLOP/s (0.75x), causal 581 (0.70x), 16384 776 (0.75x).
 //
 // Version 1, what changed from hopper: the element type. Q, K and V are e4m3 (or e5m2)
 // with per-tensor descales (AttentionArgs::q/k/v_descale), O is bf16.

@@ -123,6 +123,13 @@ __device__ __forceinline__ std::uint64_t sw128_descriptor(std::uint32_t address,
          static_cast<std::uint64_t>((stride & 0x3FFFF) >> 4) << 32 | 1ull << 62;
 }
 
+/// A descriptor moved `bytes` further into shared memory: its start address
+/// field plus bytes / 16, which does not carry out of the field while the
+/// address stays within shared memory (below 256 KiB).
+__device__ __forceinline__ std::uint64_t descriptor_at(std::uint64_t descriptor, std::uint32_t bytes) {
+  return descriptor + (bytes >> 4);
+}
+
 /// Pins registers a wgmma reads or writes asynchronously: the compiler may not
 /// move their uses across this point (put after a wait_group, before a fence).
 template <int N>

@@ -141,37 +141,43 @@ inline int* scheduler_counters(cudaStream_t stream, const gpu::CallSite& site) {
 /// the keys, so V [key][c] is transposed to vt[b][hk][c][key], the keys
 /// padded with zeros to a multiple of 128 (a tile) and each 16 keys stored in
 /// the order of P's fragment slots (softmax.cuh, to_fragments): slot 4t + i
-/// holds key 2t + i (i < 2) or 8 + 2t + i - 2. One block per (128 keys, K/V
-/// head, batch entry); 16-byte loads and stores.
+/// holds key 2t + i (i < 2) or 8 + 2t + i - 2, so a 4-byte word of V^T holds
+/// keys 2t, 2t + 1, 2t + 8 and 2t + 9 of one column. One block per (128 keys,
+/// K/V head, batch entry): V's rows are read in 16 bytes, each thread
+/// transposes a 4 x 4 block of bytes (one word of 4 key rows) in registers,
+/// and V^T's rows are written a warp's 128 bytes at a time. v2 moved single
+/// bytes through shared memory with 8-way bank conflicts: 51 us for b=4
+/// hkv=16 N=4096 on the H100, where V's two passes over DRAM take about 20.
 template <int D>
 __global__ void __launch_bounds__(256) transpose_v_fp8(const gpu::AttentionArgs a, std::uint8_t* vt, int keys_padded) {
-  __shared__ alignas(16) std::uint8_t tile[128][D + 16];  // [key][c]; the pad staggers the banks
+  __shared__ alignas(16) std::uint8_t in[128][D + 16];  // [key][c]: 16-byte rows; words of 4 rows apart by 4 banks
+  __shared__ std::uint32_t out[D][33];                    // [c][a word of 4 keys]: the odd stride spreads the columns
   const int key0 = static_cast<int>(blockIdx.x) * 128, hk = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
   const auto* v = static_cast<const std::uint8_t*>(a.v) + b * a.v_batch_stride + hk * a.v_head_stride;
   for (int n = static_cast<int>(threadIdx.x); n < 128 * D / 16; n += 256) {
     const int key = n / (D / 16), chunk = n % (D / 16);
     uint4 value = make_uint4(0, 0, 0, 0);
     if (key0 + key < a.seqlen_kv) value = *reinterpret_cast<const uint4*>(v + (key0 + key) * a.v_seq_stride + chunk * 16);
-    *reinterpret_cast<uint4*>(&tile[key][chunk * 16]) = value;
+    *reinterpret_cast<uint4*>(&in[key][chunk * 16]) = value;
   }
   __syncthreads();
-  std::uint8_t* out = vt + (static_cast<std::int64_t>(b) * a.heads_kv + hk) * D * keys_padded + key0;
-  for (int n = static_cast<int>(threadIdx.x); n < D * 8; n += 256) {
-    const int c = n / 8, group = n % 8;  // 16 slots of row c
-    std::uint32_t words[4];
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {  // slots 4w .. 4w + 3: t = w
-      std::uint32_t word = 0;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int key = group * 16 + (i < 2 ? 2 * w + i : 8 + 2 * w + i - 2);
-        word |= static_cast<std::uint32_t>(tile[key][c]) << (8 * i);
-      }
-      words[w] = word;
-    }
-    *reinterpret_cast<uint4*>(out + static_cast<std::int64_t>(c) * keys_padded + group * 16) =
-        make_uint4(words[0], words[1], words[2], words[3]);
+  // Thread n: word t = n % 4 of 16-key group g, columns 4 w .. 4 w + 3 (a warp: 8 words of columns x the 4 t).
+  for (int n = static_cast<int>(threadIdx.x); n < 128 * D / 16; n += 256) {
+    const int t = n % 4, w = n / 4 % (D / 4), g = n / D;
+    const int row = 16 * g + 2 * t;
+    const auto word = [&](int key) { return *reinterpret_cast<const std::uint32_t*>(&in[key][4 * w]); };
+    const std::uint32_t r0 = word(row), r1 = word(row + 1), r2 = word(row + 8), r3 = word(row + 9);
+    const std::uint32_t low01 = __byte_perm(r0, r1, 0x5140), high01 = __byte_perm(r0, r1, 0x7362);  // bytes 0-1, 2-3
+    const std::uint32_t low23 = __byte_perm(r2, r3, 0x5140), high23 = __byte_perm(r2, r3, 0x7362);
+    out[4 * w + 0][4 * g + t] = __byte_perm(low01, low23, 0x5410);
+    out[4 * w + 1][4 * g + t] = __byte_perm(low01, low23, 0x7632);
+    out[4 * w + 2][4 * g + t] = __byte_perm(high01, high23, 0x5410);
+    out[4 * w + 3][4 * g + t] = __byte_perm(high01, high23, 0x7632);
   }
+  __syncthreads();
+  auto* rows = reinterpret_cast<std::uint32_t*>(vt + (static_cast<std::int64_t>(b) * a.heads_kv + hk) * D * keys_padded + key0);
+  for (int n = static_cast<int>(threadIdx.x); n < D * 32; n += 256)
+    rows[static_cast<std::int64_t>(n / 32) * (keys_padded / 4) + n % 32] = out[n / 32][n % 32];
 }
 
 /// V^T's buffer, allocated in stream order for each launch and freed after
@@ -246,7 +252,7 @@ void launch(const gpu::AttentionArgs& args, const gpu::CallSite& site) {
                                 static_cast<cuuint64_t>(a.heads_kv), static_cast<cuuint64_t>(a.batch)};
     const cuuint64_t strides[3] = {static_cast<cuuint64_t>(keys_padded), static_cast<cuuint64_t>(D) * keys_padded,
                                    static_cast<cuuint64_t>(a.heads_kv) * D * keys_padded};
-    v = encode_4d(vt, CU_TENSOR_MAP_DATA_TYPE_UINT8, dims, strides, S::kBlockN, D, site, "V^T");
+    v = encode_4d(vt, CU_TENSOR_MAP_DATA_TYPE_UINT8, dims, strides, 128, D, site, "V^T");  // panels of 128 keys
   } else if (keys) {
     v = tensor_map_of<T>(a.v, D, a.seqlen_kv, a.heads_kv, a.batch, a.v_seq_stride, a.v_head_stride, a.v_batch_stride,
                          S::kBlockN, site);
@@ -292,6 +298,7 @@ inline constexpr Capabilities kHopperFp8Capabilities = [] {
   Capabilities c = kHopperCapabilities;
   c.dtypes = {DType::e4m3, DType::e5m2};
   c.head_dims = {128};
+  c.tile_kv = Shape<__nv_fp8_e4m3, 128>::kBlockN;
   c.product_accumulation_unit = 0x1p-13;  // fp8 wgmma's accumulation (Capabilities says why)
   return c;
 }();

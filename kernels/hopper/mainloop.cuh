@@ -56,14 +56,19 @@ using WgmmaOf = std::conditional_t<Element<T>::kFp8, WgmmaFp8<N, Element<T>::kE5
 
 template <typename T, int D>
 struct Shape {
-  static constexpr int kBlockN = D == 256 ? 64 : 128;  // keys per tile (registers: O D/2 + S kBlockN/2 floats)
+  // Keys per tile (registers: O D/2 + S kBlockN/2 floats). fp8: 256, as
+  // cuDNN's fp8 kernel (64 x 256) and FlashAttention-3's (224) take: its
+  // consumers never hold S and a tile's P V at once (Consumer::run_fp8).
+  static constexpr int kBlockN = Element<T>::kFp8 ? 256 : D == 256 ? 64 : 128;
   static constexpr int kPanels = D / Element<T>::kPanelCols;
   static constexpr int kQBytes = kPanels * kBlockM * 128;
   static constexpr int kKvBytes = kPanels * kBlockN * 128;  // one stage of K (or of V)
   static constexpr bool kOInQ = D == 256;                   // 64 + 64 + 128 KiB would exceed the 227 KiB
   static constexpr int kOBytes = kOInQ ? 0 : (D / 64) * kBlockM * 128;  // O is 16-bit: D / 64 panels
-  // fp8's V^T stage is D rows of kBlockN bytes, one 128-byte swizzle span a row: kKvBytes when D = kBlockN = 128.
-  static_assert(!Element<T>::kFp8 || (D == 128 && kBlockN == 128), "fp8: d = 128 only");
+  // fp8's V^T stage is D rows of kBlockN bytes in kBlockN / 128 panels of D
+  // rows x 128 keys (one swizzle span a row): kKvBytes when D = 128.
+  static constexpr int kVtPanelBytes = D * 128;
+  static_assert(!Element<T>::kFp8 || (D == 128 && kBlockN % 128 == 0), "fp8: d = 128 only");
   static constexpr int kBarriers = 2 + 4 * kStages + 2 * kTileSlots;
   static constexpr int kSmemBytes = 1024 + kQBytes + kOBytes + 2 * kStages * kKvBytes + 8 * kBarriers + 4 * kTileSlots;
 };
@@ -111,9 +116,9 @@ struct Smem {
 /// A position in the K/V ring, counted over the block's whole life (both
 /// roles count the same key tiles in the same order).
 struct Ring {
-  int n = 0;
-  __device__ int stage() const { return n % kStages; }
-  __device__ unsigned phase() const { return static_cast<unsigned>(n / kStages) & 1u; }
+  unsigned n = 0;  // unsigned: the stage and phase are a mask and a shift
+  __device__ int stage() const { return static_cast<int>(n % kStages); }
+  __device__ unsigned phase() const { return (n / kStages) & 1u; }
 };
 
 /// The producer's loads for one tile: its first K, then Q (once the
@@ -136,8 +141,10 @@ __device__ __forceinline__ void produce_tile(const Smem<T, D>& smem, const CUten
     const int s = ring.stage();
     mbarrier_wait(smem.v_empty(s), ring.phase() ^ 1);
     mbarrier_expect_bytes(smem.v_full(s), S::kKvBytes);
-    if constexpr (Element<T>::kFp8)  // V^T {keys, d, head, batch}: the tile's keys x all D rows in one box
-      tma_load_4d(smem.v(s), &map_v, smem.v_full(s), key_tile * S::kBlockN, 0, hk, tile.b);
+    if constexpr (Element<T>::kFp8)  // V^T {keys, d, head, batch}: boxes of 128 keys x all D rows
+      for (int p = 0; p < S::kBlockN / 128; ++p)
+        tma_load_4d(smem.v(s) + p * S::kVtPanelBytes, &map_v, smem.v_full(s), key_tile * S::kBlockN + 128 * p, 0, hk,
+                    tile.b);
     else
       for (int p = 0; p < S::kPanels; ++p)
         tma_load_4d(smem.v(s) + p * S::kBlockN * 128, &map_v, smem.v_full(s), kCols * p, key_tile * S::kBlockN, hk,
@@ -171,12 +178,22 @@ struct Consumer {
   int c;  // which consumer: 0 or 1
 
   /// S = Q K^T: D / kStepK steps (k16, or k32 for fp8), each 32 bytes further along a 128-byte row.
+  /// The steps' descriptors are one descriptor each for Q and K plus
+  /// constant offsets (descriptor_at): v2 built each step's from its address,
+  /// about 40 integer instructions a key tile (the SASS).
   __device__ __forceinline__ void issue_s(float (&s)[kTilesN][4], int stage) const {
+    const std::uint64_t q = sw128_descriptor(smem.q() + c * 64 * 128, 16, 1024);
+    const std::uint64_t k = sw128_descriptor(smem.k(stage), 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < D / kStepK; ++kk) {
-      const std::uint32_t q_at = smem.q() + (kk / 4) * kBlockM * 128 + c * 64 * 128 + (kk % 4) * 32;
-      const std::uint32_t k_at = smem.k(stage) + (kk / 4) * kBlockN * 128 + (kk % 4) * 32;
-      WgmmaOf<T, kBlockN>::ss(s, sw128_descriptor(q_at, 16, 1024), sw128_descriptor(k_at, 16, 1024), kk > 0);
+      const std::uint64_t q_at = descriptor_at(q, (kk / 4) * kBlockM * 128 + (kk % 4) * 32);
+      const std::uint64_t k_at = descriptor_at(k, (kk / 4) * kBlockN * 128 + (kk % 4) * 32);
+      if constexpr (Element<T>::kFp8) {
+        if (kk == 0) WgmmaOf<T, kBlockN>::ss_first(s, q_at, k_at);
+        else WgmmaOf<T, kBlockN>::ss(s, q_at, k_at, 1);
+      } else {
+        WgmmaOf<T, kBlockN>::ss(s, q_at, k_at, kk > 0);
+      }
     }
     wgmma_commit();
   }
@@ -184,16 +201,20 @@ struct Consumer {
   /// The tile's first product overwrites O (`accumulate` false), so that O's
   /// registers are only ever defined by wgmma and the softmax's rescale.
   /// fp8: kBlockN / 32 steps of k32 on V^T (K-major, as fp8 wgmma needs): D
-  /// rows of kBlockN keys, each step 32 bytes further along the rows.
+  /// rows of 128 keys a panel, each step 32 bytes further along the rows; the
+  /// product always overwrites (Consumer::run_fp8 adds it to O).
   __device__ __forceinline__ void issue_pv(float (&o)[kTilesD][4], const std::uint32_t (&p)[kChunks][4], int stage,
                                            bool accumulate) const {
+    const std::uint64_t v = sw128_descriptor(smem.v(stage), Element<T>::kFp8 ? 16 : kBlockN * 128, 1024);
 #pragma unroll
     for (int kc = 0; kc < kChunks; ++kc) {
-      if constexpr (Element<T>::kFp8)
-        WgmmaOf<T, D>::rs(o, p[kc], sw128_descriptor(smem.v(stage) + kc * 32, 16, 1024), kc > 0 || accumulate);
-      else
-        WgmmaOf<T, D>::rs(o, p[kc], sw128_descriptor(smem.v(stage) + kc * 16 * 128, kBlockN * 128, 1024),
-                          kc > 0 || accumulate);
+      if constexpr (Element<T>::kFp8) {
+        const std::uint64_t v_at = descriptor_at(v, (kc / 4) * S::kVtPanelBytes + (kc % 4) * 32);
+        if (kc == 0) WgmmaOf<T, D>::rs_first(o, p[kc], v_at);
+        else WgmmaOf<T, D>::rs(o, p[kc], v_at, 1);
+      } else {
+        WgmmaOf<T, D>::rs(o, p[kc], descriptor_at(v, kc * 16 * 128), kc > 0 || accumulate);
+      }
     }
     wgmma_commit();
   }
@@ -223,21 +244,68 @@ struct Consumer {
   /// uniform keys, and a bias of t = -4431 at 4096 (docs/perf.md). DeepGEMM
   /// promotes its fp8 products to f32 the same way.
   static constexpr bool kPromote = Element<T>::kFp8;
-  /// O = (O + pv) x correction (the tile's product added, then the row's rescale); O = pv x correction at first.
-  __device__ __forceinline__ static void promote(float (&o)[kTilesD][4], const float (&pv)[kTilesD][4],
-                                                 const Correction& correction, bool first) {
+
+  /// fp8's mainloop (v3). Each turn issues the previous tile's P V, waits for
+  /// it and adds it to O, then issues this tile's S = Q K^T: S (kBlockN / 2
+  /// registers) and the product (D / 2) are never live together, which lets
+  /// the tile be 256 keys. v2 overlapped S with the previous P V inside the
+  /// warpgroup (as run() does) on 128-key tiles: S, P V, O and P needed 224
+  /// registers, spilled, and the consumers waited on short tiles (ncu: 0.53
+  /// eligible warps a scheduler, MUFU 37% busy). The softmax of one consumer
+  /// runs while the other's products keep the tensor cores busy (pingpong).
+  __device__ void run_fp8(const TileMask<kBlockN, kFlaw>& mask, Ring& ring, float (&o)[kTilesD][4],
+                          OnlineSoftmax& softmax) const {
+    const int begin = mask.plan.begin, end = mask.plan.end;
+    if (begin >= end) {
+      if constexpr (kEarlyQRelease) release_q();
+      return;
+    }
 #pragma unroll
     for (int dt = 0; dt < kTilesD; ++dt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) o[dt][e] = ((first ? 0.0f : o[dt][e]) + pv[dt][e]) * correction.factor[e / 2];
-  }
-
-  /// Where P V goes: the tile's own accumulator when promoting, O otherwise.
-  template <int kRows>
-  __device__ __forceinline__ static auto product_of(float (&o)[kTilesD][4], float (&pv)[kRows][4])
-      -> float (&)[kTilesD][4] {
-    if constexpr (kPromote) return pv;
-    else return o;
+      for (int e = 0; e < 4; ++e) o[dt][e] = 0.0f;
+    float s[kTilesN][4];
+    std::uint32_t p[kChunks][4];
+    // O += P V of the tile at `at` (its V stage full): a fresh product, added in f32.
+    const auto add_product = [&](const Ring& at) {
+      float pv[kTilesD][4];
+      wgmma_fence();
+      issue_pv(pv, p, at.stage(), false);
+      wgmma_wait<0>();
+      fence_operands(pv);
+      fence_operands(p);
+      mbarrier_arrive(smem.v_empty(at.stage()));
+#pragma unroll
+      for (int dt = 0; dt < kTilesD; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[dt][e] += pv[dt][e];
+    };
+    for (int key_tile = begin; key_tile < end; ++key_tile) {
+      const Ring previous = ring;
+      if (key_tile > begin) {
+        ++ring.n;
+        mbarrier_wait(smem.v_full(previous.stage()), previous.phase());
+      }
+      wait_k(ring);
+      take_turn();
+      if (key_tile > begin) add_product(previous);
+      wgmma_fence();
+      issue_s(s, ring.stage());
+      pass_turn();
+      wgmma_wait<0>();
+      fence_operands(s);
+      mbarrier_arrive(smem.k_empty(ring.stage()));
+      if (kEarlyQRelease && key_tile == end - 1) release_q();
+      softmax.apply_softcap(s);
+      mask.apply(s, key_tile);
+      OnlineSoftmax::rescale(o, softmax.exponentiate(s));  // O holds the tiles before this one
+      OnlineSoftmax::to_fragments<T>(s, p);
+    }
+    mbarrier_wait(smem.v_full(ring.stage()), ring.phase());
+    take_turn();
+    add_product(ring);
+    pass_turn();
+    ++ring.n;
   }
 
   __device__ void run(const TileMask<kBlockN, kFlaw>& mask, Ring& ring, float (&o)[kTilesD][4],
@@ -247,11 +315,12 @@ struct Consumer {
       if constexpr (kEarlyQRelease) release_q();
       return;
     }
+    if constexpr (kPromote) {
+      run_fp8(mask, ring, o, softmax);
+      return;
+    }
     float s[kTilesN][4];
     std::uint32_t p[kChunks][4];
-    // fp8: the tile's P V (kPromote); otherwise unused, and O takes the products itself.
-    float pv[kPromote ? kTilesD : 1][4];
-    float (&product)[kTilesD][4] = product_of(o, pv);
 
     wait_k(ring);
     take_turn();
@@ -277,7 +346,7 @@ struct Consumer {
       take_turn();
       wgmma_fence();
       issue_s(s, ring.stage());
-      issue_pv(product, p, previous.stage(), !kPromote && key_tile > begin + 1);
+      issue_pv(o, p, previous.stage(), key_tile > begin + 1);
       pass_turn();
       wgmma_wait<1>();  // S done; O's product may still run
       fence_operands(s);
@@ -285,25 +354,23 @@ struct Consumer {
       if (kEarlyQRelease && key_tile == end - 1) release_q();
       softmax.apply_softcap(s);
       mask.apply(s, key_tile);
-      const Correction correction = softmax.exponentiate(s);
+      const TileCorrection correction = softmax.exponentiate(s);
       wgmma_wait<0>();
-      fence_operands(product);
+      fence_operands(o);
       fence_operands(p);  // P's registers stay reserved until the product that reads them is done
       mbarrier_arrive(smem.v_empty(previous.stage()));
-      if constexpr (kPromote) promote(o, pv, correction, key_tile == begin + 1);
-      else OnlineSoftmax::rescale(o, correction);
+      OnlineSoftmax::rescale(o, correction);
       OnlineSoftmax::to_fragments<T>(s, p);
     }
 
     mbarrier_wait(smem.v_full(ring.stage()), ring.phase());
     take_turn();
     wgmma_fence();
-    issue_pv(product, p, ring.stage(), !kPromote && end > begin + 1);
+    issue_pv(o, p, ring.stage(), end > begin + 1);
     pass_turn();
     wgmma_wait<0>();
-    fence_operands(product);
+    fence_operands(o);
     mbarrier_arrive(smem.v_empty(ring.stage()));
-    if constexpr (kPromote) promote(o, pv, Correction{{1.0f, 1.0f}}, end == begin + 1);
     ++ring.n;
   }
 };

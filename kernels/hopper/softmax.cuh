@@ -46,6 +46,32 @@ __device__ __forceinline__ float logit_scale(const gpu::AttentionArgs& a) {
   return a.softcap > 0.0f && kFlaw != HopperFlaw::softcap_before_scale ? 1.0f : a.scale;
 }
 
+/// The largest of row r's values in a tile (s[nt][2r] and s[nt][2r + 1] for
+/// every nt), as a tree of depth log2(2 kTilesN).
+template <int kWidth, int kTilesN>
+__device__ __forceinline__ void fold_max(float (&m)[kTilesN]) {
+  if constexpr (kWidth > 0) {  // a level of the tree per instantiation: ptxas kept a runtime loop in local memory
+#pragma unroll
+    for (int i = 0; i < kWidth; ++i) m[i] = fmaxf(m[i], m[i + kWidth]);
+    fold_max<kWidth / 2>(m);
+  }
+}
+
+template <int kTilesN>
+__device__ __forceinline__ float tree_max(const float (&s)[kTilesN][4], int r) {
+  float m[kTilesN];
+#pragma unroll
+  for (int nt = 0; nt < kTilesN; ++nt) m[nt] = fmaxf(s[nt][2 * r], s[nt][2 * r + 1]);
+  fold_max<kTilesN / 2>(m);
+  return m[0];
+}
+
+/// O's correction after a tile (Correction's factors) and whether any row of
+/// the warp has a factor other than 1 (warp-uniform: O is rescaled only then).
+struct TileCorrection : Correction {
+  bool any = true;
+};
+
 struct OnlineSoftmax {
   RowState state;
   float scale_log2;   // the logit scale * log2(e): the exponentials are exp2
@@ -71,13 +97,58 @@ struct OnlineSoftmax {
       for (int e = 0; e < 4; ++e) s[nt][e] = cap * softcap_tanh(s[nt][e] * cap_in);
   }
 
+  /// exponentiate() moves a row's reference (the maximum its weights are
+  /// taken against) only when the tile's maximum exceeds it by more than 2^8
+  /// in weight (FlashAttention-4's conditional rescaling): otherwise the row
+  /// keeps its reference, its weights may reach 2^8 (finite in every format P
+  /// is rounded to: f16, bf16, e4m3's 448, e5m2), and O needs no rescale.
+  /// After the first tiles of a row almost no tile moves it, so the
+  /// consumers skip O's 64 multiplies a tile (TileCorrection::any). LSE is
+  /// the reference's logit plus log(sum) whichever reference holds.
+  static constexpr float kMoveAbove = 8.0f;  // log2 of the largest weight a kept reference allows
+
+  /// Folds a tile's logits into the row state and turns them into weights
+  /// exp2(s * scale_log2 - shift) (kernels::exponentiate's arithmetic, with
+  /// the reference kept as above). The correction is exactly 1 for a row
+  /// whose reference stays, and `any` says whether a row of the warp moved.
   template <int kTilesN>
-  __device__ __forceinline__ Correction exponentiate(float (&s)[kTilesN][4]) {
-    return kernels::exponentiate(s, state, scale_log2);
+  __device__ __forceinline__ TileCorrection exponentiate(float (&s)[kTilesN][4]) {
+    TileCorrection correction;
+    bool moved = false;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      // The row's maximum and sum as trees and four partial sums: a chain
+      // of kTilesN dependent fmaxf (and adds) was the warp's critical path
+      // (ncu: the consumers had 0.53 eligible warps a scheduler, MUFU 37% busy).
+      float tile_max = tree_max<kTilesN>(s, r);
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 2));
+      const float old_shift = __fmul_rn(state.max[r], scale_log2);  // -inf while every key so far is masked
+      const bool move = state.max[r] == -INFINITY || __fmul_rn(tile_max, scale_log2) - old_shift > kMoveAbove;
+      const float reference = move ? fmaxf(state.max[r], tile_max) : state.max[r];
+      // kernels::exponentiate says why both shifts are __fmul_rn and why a
+      // reference of -inf shifts by 0.
+      const float shift = reference == -INFINITY ? 0.0f : __fmul_rn(reference, scale_log2);
+      correction.factor[r] = move ? fast_exp2(old_shift - shift) : 1.0f;
+      moved = moved || move;
+      state.max[r] = reference;
+      float partial[4] = {state.sum[r] * correction.factor[r], 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int nt = 0; nt < kTilesN; ++nt)
+#pragma unroll
+        for (int e = 2 * r; e < 2 * r + 2; ++e) {
+          s[nt][e] = fast_exp2(fmaf(s[nt][e], scale_log2, -shift));
+          partial[(2 * nt + e) % 4] += s[nt][e];
+        }
+      state.sum[r] = (partial[0] + partial[1]) + (partial[2] + partial[3]);
+    }
+    correction.any = __any_sync(kFullWarp, moved);
+    return correction;
   }
+  /// O's rows times their correction, where a row of the warp moved its reference.
   template <int kTilesD>
-  __device__ __forceinline__ static void rescale(float (&o)[kTilesD][4], const Correction& correction) {
-    kernels::rescale(o, correction);
+  __device__ __forceinline__ static void rescale(float (&o)[kTilesD][4], const TileCorrection& correction) {
+    if (correction.any) kernels::rescale(o, correction);
   }
   template <typename T, int kTilesN>
   __device__ __forceinline__ static void to_fragments(const float (&s)[kTilesN][4], std::uint32_t (&p)[kTilesN / 2][4]) {
