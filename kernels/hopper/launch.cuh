@@ -241,18 +241,20 @@ void launch(const gpu::AttentionArgs& args, const gpu::CallSite& site) {
                              : q;
   CUtensorMap v = q;
   std::optional<TransposedV> vt_buffer;  // fp8: V^T, freed (stream-ordered) after the kernel
-  if (keys && kFp8) {
-    const int keys_padded = (a.seqlen_kv + S::kBlockN - 1) / S::kBlockN * S::kBlockN;
-    const auto bytes = static_cast<std::size_t>(a.batch) * a.heads_kv * D * keys_padded;
-    vt_buffer.emplace(bytes, a.stream, site);
-    std::uint8_t* vt = vt_buffer->get();
-    transpose_v_fp8<D><<<dim3(keys_padded / 128, a.heads_kv, a.batch), 256, 0, a.stream>>>(a, vt, keys_padded);
-    gpu::check_launch("transpose_v_fp8", site);
-    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(keys_padded), static_cast<cuuint64_t>(D),
-                                static_cast<cuuint64_t>(a.heads_kv), static_cast<cuuint64_t>(a.batch)};
-    const cuuint64_t strides[3] = {static_cast<cuuint64_t>(keys_padded), static_cast<cuuint64_t>(D) * keys_padded,
-                                   static_cast<cuuint64_t>(a.heads_kv) * D * keys_padded};
-    v = encode_4d(vt, CU_TENSOR_MAP_DATA_TYPE_UINT8, dims, strides, 128, D, site, "V^T");  // panels of 128 keys
+  if constexpr (kFp8) {  // (a constexpr branch: transpose_v_fp8 is instantiated for fp8's D only)
+    if (keys) {
+      const int keys_padded = (a.seqlen_kv + S::kBlockN - 1) / S::kBlockN * S::kBlockN;
+      const auto bytes = static_cast<std::size_t>(a.batch) * a.heads_kv * D * keys_padded;
+      vt_buffer.emplace(bytes, a.stream, site);
+      std::uint8_t* vt = vt_buffer->get();
+      transpose_v_fp8<D><<<dim3(keys_padded / 128, a.heads_kv, a.batch), 256, 0, a.stream>>>(a, vt, keys_padded);
+      gpu::check_launch("transpose_v_fp8", site);
+      const cuuint64_t dims[4] = {static_cast<cuuint64_t>(keys_padded), static_cast<cuuint64_t>(D),
+                                  static_cast<cuuint64_t>(a.heads_kv), static_cast<cuuint64_t>(a.batch)};
+      const cuuint64_t strides[3] = {static_cast<cuuint64_t>(keys_padded), static_cast<cuuint64_t>(D) * keys_padded,
+                                     static_cast<cuuint64_t>(a.heads_kv) * D * keys_padded};
+      v = encode_4d(vt, CU_TENSOR_MAP_DATA_TYPE_UINT8, dims, strides, 128, D, site, "V^T");  // panels of 128 keys
+    }
   } else if (keys) {
     v = tensor_map_of<T>(a.v, D, a.seqlen_kv, a.heads_kv, a.batch, a.v_seq_stride, a.v_head_stride, a.v_batch_stride,
                          S::kBlockN, site);

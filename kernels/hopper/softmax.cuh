@@ -115,33 +115,40 @@ struct OnlineSoftmax {
   __device__ __forceinline__ TileCorrection exponentiate(float (&s)[kTilesN][4]) {
     TileCorrection correction;
     bool moved = false;
+    // Both rows' maxima first, as trees, then their shuffles side by side: a
+    // chain of kTilesN dependent fmaxf per row was the warp's critical path
+    // (ncu: the consumers had 0.53 eligible warps a scheduler, MUFU 37% busy).
+    float tile_max[2], shift[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) tile_max[r] = tree_max<kTilesN>(s, r);
+#pragma unroll
+    for (int lane_mask = 1; lane_mask <= 2; lane_mask *= 2)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(kFullWarp, tile_max[r], lane_mask));
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      // The row's maximum and sum as trees and four partial sums: a chain
-      // of kTilesN dependent fmaxf (and adds) was the warp's critical path
-      // (ncu: the consumers had 0.53 eligible warps a scheduler, MUFU 37% busy).
-      float tile_max = tree_max<kTilesN>(s, r);
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 1));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, 2));
       const float old_shift = __fmul_rn(state.max[r], scale_log2);  // -inf while every key so far is masked
-      const bool move = state.max[r] == -INFINITY || __fmul_rn(tile_max, scale_log2) - old_shift > kMoveAbove;
-      const float reference = move ? fmaxf(state.max[r], tile_max) : state.max[r];
+      const bool move = state.max[r] == -INFINITY || __fmul_rn(tile_max[r], scale_log2) - old_shift > kMoveAbove;
+      const float reference = move ? fmaxf(state.max[r], tile_max[r]) : state.max[r];
       // kernels::exponentiate says why both shifts are __fmul_rn and why a
       // reference of -inf shifts by 0.
-      const float shift = reference == -INFINITY ? 0.0f : __fmul_rn(reference, scale_log2);
-      correction.factor[r] = move ? fast_exp2(old_shift - shift) : 1.0f;
+      shift[r] = reference == -INFINITY ? 0.0f : __fmul_rn(reference, scale_log2);
+      correction.factor[r] = move ? fast_exp2(old_shift - shift[r]) : 1.0f;
       moved = moved || move;
       state.max[r] = reference;
-      float partial[4] = {state.sum[r] * correction.factor[r], 0.0f, 0.0f, 0.0f};
-#pragma unroll
-      for (int nt = 0; nt < kTilesN; ++nt)
-#pragma unroll
-        for (int e = 2 * r; e < 2 * r + 2; ++e) {
-          s[nt][e] = fast_exp2(fmaf(s[nt][e], scale_log2, -shift));
-          partial[(2 * nt + e) % 4] += s[nt][e];
-        }
-      state.sum[r] = (partial[0] + partial[1]) + (partial[2] + partial[3]);
     }
+    // The weights, both rows interleaved, and each row's sum as four partial sums.
+    float partial[2][4] = {{state.sum[0] * correction.factor[0], 0.0f, 0.0f, 0.0f},
+                           {state.sum[1] * correction.factor[1], 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int nt = 0; nt < kTilesN; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] = fast_exp2(fmaf(s[nt][e], scale_log2, -shift[e / 2]));
+        partial[e / 2][(2 * nt + e) % 4] += s[nt][e];
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) state.sum[r] = (partial[r][0] + partial[r][1]) + (partial[r][2] + partial[r][3]);
     correction.any = __any_sync(kFullWarp, moved);
     return correction;
   }
