@@ -1,5 +1,6 @@
 """The PyTorch worker on the GPU (ctest `external_torch` and
-`external_torch_backward`, labels external and harness): every backend on
+`external_torch_backward`, labels external and harness): every backend
+(FlexAttention too, forward only) on
 external/torch_smoke.problems, judged against the f64 oracle; with --pass bwd
 the backward, every backend (the -det twins too) on
 external/torch_smoke_bwd.problems, judged by the backward rule.
@@ -22,7 +23,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIG = os.path.join(HERE, "torch_sdpa.json")
 PROBLEMS = {"fwd": os.path.join(HERE, "torch_smoke.problems"), "bwd": os.path.join(HERE, "torch_smoke_bwd.problems")}
-SUBJECTS = {"fwd": ["torch-flash", "torch-efficient", "torch-cudnn", "torch-math"],
+SUBJECTS = {"fwd": ["torch-flash", "torch-efficient", "torch-cudnn", "torch-math", "torch-flex"],
             "bwd": ["torch-flash", "torch-efficient", "torch-cudnn", "torch-math", "torch-flash-det",
                     "torch-efficient-det"]}
 
@@ -38,6 +39,12 @@ EXPECTED_FWD = {
                                  "(its `sum != sum ? INFINITY` branch); O is NaN there, as it should be"),
     ("torch-cudnn", 7): ("unsupported", "f32: cuDNN SDPA is f16/bf16"),
 }
+EXPECTED_FWD[("torch-flex", 8)] = ("fail", "FlexAttention writes LSE -inf, not NaN, for a row whose scores hold a NaN "
+                                          "(27 rows on the H100, torch 2.11); O is NaN there, as it should be")
+# softcap and ALiBi: FlexAttention's score_mod takes them; torch's SDPA backends have no such argument.
+for _subject in ("torch-flash", "torch-efficient", "torch-cudnn", "torch-math"):
+    EXPECTED_FWD[(_subject, 10)] = ("unsupported", "softcap: scaled_dot_product_attention has no logit softcap")
+    EXPECTED_FWD[(_subject, 11)] = ("unsupported", "alibi: scaled_dot_product_attention has no ALiBi bias")
 
 
 # The backward's table. Domains as the forward's (the -det twins share their
@@ -72,7 +79,11 @@ def main():
                    "--record", records]
         for subject in SUBJECTS[kind]:
             command += ["-s", subject]
-        run = subprocess.run(command, capture_output=True, text=True, timeout=1200)
+        # torch.compile (FlexAttention) caches its kernels under TMPDIR and
+        # HOME by default: here, inside this run's own directory, removed after it.
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"),
+                   TRITON_CACHE_DIR=os.path.join(tmp, "triton"))
+        run = subprocess.run(command, capture_output=True, text=True, timeout=1200, env=env)
         print(run.stdout[-4000:], run.stderr[-2000:])
         if kind == "bwd" and run.returncode == 2 and "pass" in run.stderr and "bwd" in run.stderr:
             print("SKIPPED: this flashcheck's judge does not take pass=bwd yet:", run.stderr.strip()[-300:])

@@ -8,18 +8,20 @@
 //    Consumer::run_fp8): S (128 registers) and the product (64) are never
 //    live together, and the _first wgmma forms (wgmma_ops.cuh) tell ptxas so.
 //    v2 overlapped S with P V inside the warpgroup on 128-key tiles.
-//  - Shared with hopper (v7): a row's softmax reference moves only when its
-//    weights would pass 2^8 (FlashAttention-4's conditional rescaling, so O
-//    is rarely rescaled); the wgmma descriptors are one per operand plus
-//    constant offsets; the row maximum and sum are trees.
+//  - Shared with hopper (v7): the wgmma descriptors are one per operand plus
+//    constant offsets; the row maximum is a tree. hopper's conditional
+//    rescaling (a kept softmax reference) is not used for fp8: P's rounding
+//    to 2 or 3 fraction bits must happen against the running maximum
+//    (softmax.cuh says what failed without it), so O is rescaled whenever a
+//    row of the warp has a new maximum.
 //  - The V^T pre-pass transposes 4 x 4 blocks of bytes in registers (v2:
 //    single bytes through shared memory, 8-way bank conflicts, 51 us).
 //  ptxas: 168 registers, no spill in the mainloop (96 bytes around it).
-//  Speed (v3): H100, 2026-11-27, `flashcheck bench -s hopper-fp8,cudnn-fp8,hopper
-//  --problems .devrun/bench-fp8.problems` (cuDNN 9.14's fp8 SDPA in the same
-//  run), e4m3 d=128: B=4 H=16 N=4096 0.693 ms, 794 TFLOP/s (0.83x cuDNN's
-//  956); B=1 H=16 N=16384 879 (0.88x); B=2 Hq=32 Hkv=8 N=8192 863 (0.90x);
-//  causal_tl N=4096 609 (0.72x), N=16384 735 (0.78x).
+//  Speed (v3): H100, 2026-11-27, `flashcheck bench -s hopper-fp8,cudnn-fp8
+//  --problems .devrun/bench-fp8only.problems` (cuDNN 9.14's fp8 SDPA in the
+//  same run), e4m3 d=128: B=4 H=16 N=4096 0.685 ms, 803 TFLOP/s (0.84x
+//  cuDNN's 961); B=1 H=16 N=16384 881 (0.90x); B=2 Hq=32 Hkv=8 N=8192 875
+//  (0.91x); causal_tl N=4096 601 (0.72x), N=16384 747 (0.79x).
 //  v2: 676 (0.70x), 740 (0.73x), 742 (0.75x), causal 543 (0.64x), 674 (0.73x).
 //
 // v2 changed from v1: each key tile's P V goes to a fresh wgmma accumulator

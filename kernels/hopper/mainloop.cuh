@@ -298,7 +298,7 @@ struct Consumer {
       if (kEarlyQRelease && key_tile == end - 1) release_q();
       softmax.apply_softcap(s);
       mask.apply(s, key_tile);
-      OnlineSoftmax::rescale(o, softmax.exponentiate(s));  // O holds the tiles before this one
+      OnlineSoftmax::rescale(o, softmax.exponentiate<!Element<T>::kFp8>(s));  // O holds the tiles before this one
       OnlineSoftmax::to_fragments<T>(s, p);
     }
     mbarrier_wait(smem.v_full(ring.stage()), ring.phase());
@@ -333,7 +333,7 @@ struct Consumer {
     if (kEarlyQRelease && end == begin + 1) release_q();
     softmax.apply_softcap(s);
     mask.apply(s, begin);
-    softmax.exponentiate(s);  // O is still 0: nothing to rescale
+    softmax.exponentiate<!Element<T>::kFp8>(s);  // O is still 0: nothing to rescale
     OnlineSoftmax::to_fragments<T>(s, p);
 
     // Both waits come before the fence: a wait is a loop, and ptxas serializes
@@ -354,7 +354,7 @@ struct Consumer {
       if (kEarlyQRelease && key_tile == end - 1) release_q();
       softmax.apply_softcap(s);
       mask.apply(s, key_tile);
-      const TileCorrection correction = softmax.exponentiate(s);
+      const TileCorrection correction = softmax.exponentiate<!Element<T>::kFp8>(s);
       wgmma_wait<0>();
       fence_operands(o);
       fence_operands(p);  // P's registers stay reserved until the product that reads them is done

@@ -105,13 +105,21 @@ struct OnlineSoftmax {
   /// After the first tiles of a row almost no tile moves it, so the
   /// consumers skip O's 64 multiplies a tile (TileCorrection::any). LSE is
   /// the reference's logit plus log(sum) whichever reference holds.
+  /// Not for fp8 (kKeepReference false: the reference is the running
+  /// maximum, as in FlashAttention-3's and cuDNN's fp8 kernels and v2): P is
+  /// rounded to a format with 3 (e4m3) or 2 (e5m2) fraction bits, and a kept
+  /// reference, a factor other than a power of two from the running maximum,
+  /// rounds every weight at another point of its binade. Where many logits
+  /// tie, those errors do not average out: hopper-fp8 with a kept reference
+  /// failed `b=1 hq=1 sq=1 skv=1023 dtype=e5m2 values=sparse_int(3,0.5)`
+  /// (O 0.105 off, bound 0.084; H100, 2026-11-27, Gpu_hopper_fp8.ValueAffineMap).
   static constexpr float kMoveAbove = 8.0f;  // log2 of the largest weight a kept reference allows
 
   /// Folds a tile's logits into the row state and turns them into weights
   /// exp2(s * scale_log2 - shift) (kernels::exponentiate's arithmetic, with
   /// the reference kept as above). The correction is exactly 1 for a row
   /// whose reference stays, and `any` says whether a row of the warp moved.
-  template <int kTilesN>
+  template <bool kKeepReference, int kTilesN>
   __device__ __forceinline__ TileCorrection exponentiate(float (&s)[kTilesN][4]) {
     TileCorrection correction;
     bool moved = false;
@@ -128,7 +136,8 @@ struct OnlineSoftmax {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float old_shift = __fmul_rn(state.max[r], scale_log2);  // -inf while every key so far is masked
-      const bool move = state.max[r] == -INFINITY || __fmul_rn(tile_max[r], scale_log2) - old_shift > kMoveAbove;
+      const bool move = state.max[r] == -INFINITY ||
+                        __fmul_rn(tile_max[r], scale_log2) - old_shift > (kKeepReference ? kMoveAbove : 0.0f);
       const float reference = move ? fmaxf(state.max[r], tile_max[r]) : state.max[r];
       // kernels::exponentiate says why both shifts are __fmul_rn and why a
       // reference of -inf shifts by 0.
