@@ -253,13 +253,10 @@ struct Consumer {
   /// registers, spilled, and the consumers waited on short tiles (ncu: 0.53
   /// eligible warps a scheduler, MUFU 37% busy). The softmax of one consumer
   /// runs while the other's products keep the tensor cores busy (pingpong).
+  /// run() calls it for a tile with at least one key tile.
   __device__ void run_fp8(const TileMask<kBlockN, kFlaw>& mask, Ring& ring, float (&o)[kTilesD][4],
                           OnlineSoftmax& softmax) const {
     const int begin = mask.plan.begin, end = mask.plan.end;
-    if (begin >= end) {
-      if constexpr (kEarlyQRelease) release_q();
-      return;
-    }
 #pragma unroll
     for (int dt = 0; dt < kTilesD; ++dt)
 #pragma unroll
