@@ -234,6 +234,21 @@ struct Consumer {
   __device__ __forceinline__ void take_turn() const { named_barrier_sync(kTurn + c, kConsumerThreads); }
   __device__ __forceinline__ void pass_turn() const { named_barrier_arrive(kTurn + (1 - c), kConsumerThreads); }
 
+  /// S = Q K^T of the key tile in `ring`'s stage (its K full), issued in this
+  /// consumer's turn after `in_turn` (which runs inside the turn: fp8's
+  /// previous P V), waited for; K's stage is released.
+  template <typename InTurn>
+  __device__ __forceinline__ void compute_s(float (&s)[kTilesN][4], const Ring& ring, InTurn&& in_turn) const {
+    take_turn();
+    in_turn();
+    wgmma_fence();
+    issue_s(s, ring.stage());
+    pass_turn();
+    wgmma_wait<0>();
+    fence_operands(s);
+    mbarrier_arrive(smem.k_empty(ring.stage()));
+  }
+
   /// fp8: each tile's P V goes to a fresh accumulator, added to O in f32 by
   /// the CUDA cores (FlashAttention-3 and cuDNN carry O in the wgmma's). The
   /// fp8 tensor cores keep about 13 fraction bits while they accumulate
@@ -284,14 +299,9 @@ struct Consumer {
         mbarrier_wait(smem.v_full(previous.stage()), previous.phase());
       }
       wait_k(ring);
-      take_turn();
-      if (key_tile > begin) add_product(previous);
-      wgmma_fence();
-      issue_s(s, ring.stage());
-      pass_turn();
-      wgmma_wait<0>();
-      fence_operands(s);
-      mbarrier_arrive(smem.k_empty(ring.stage()));
+      compute_s(s, ring, [&] {
+        if (key_tile > begin) add_product(previous);
+      });
       if (kEarlyQRelease && key_tile == end - 1) release_q();
       softmax.apply_softcap(s);
       mask.apply(s, key_tile);
@@ -320,13 +330,7 @@ struct Consumer {
     std::uint32_t p[kChunks][4];
 
     wait_k(ring);
-    take_turn();
-    wgmma_fence();
-    issue_s(s, ring.stage());
-    pass_turn();
-    wgmma_wait<0>();
-    fence_operands(s);
-    mbarrier_arrive(smem.k_empty(ring.stage()));
+    compute_s(s, ring, [] {});
     if (kEarlyQRelease && end == begin + 1) release_q();
     softmax.apply_softcap(s);
     mask.apply(s, begin);
