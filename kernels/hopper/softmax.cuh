@@ -123,9 +123,9 @@ struct OnlineSoftmax {
   __device__ __forceinline__ TileCorrection exponentiate(float (&s)[kTilesN][4]) {
     TileCorrection correction;
     bool moved = false;
-    // Both rows' maxima first, as trees, then their shuffles side by side: a
-    // chain of kTilesN dependent fmaxf per row was the warp's critical path
-    // (ncu: the consumers had 0.53 eligible warps a scheduler, MUFU 37% busy).
+    // Both rows' maxima first, as trees, then their shuffles side by side (a
+    // row's maximum was a chain of 2 kTilesN dependent fmaxf; on the H100 the
+    // trees and this order measured within the noise of it: docs/perf.md).
     float tile_max[2], shift[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) tile_max[r] = tree_max<kTilesN>(s, r);
