@@ -54,8 +54,9 @@ namespace flashcheck::kernels::hopper {
 namespace {
 
 gpu::KernelRegistration registration("hopper-fp8",
-                                     "Hopper on fp8 (e4m3/e5m2, d=128, O in bf16): the hopper kernel with k32 fp8 "
-                                     "wgmma, V transposed by a pre-pass, the descales folded into the scale (sm_90a)",
+                                     "Hopper on fp8 (e4m3/e5m2, d=128, O in bf16): 256-key tiles of k32 fp8 wgmma, each "
+                                     "tile's P V added to O in f32, V transposed by a pre-pass, the descales folded "
+                                     "into the scale (sm_90a)",
                                      kHopperFp8Capabilities, launch_hopper_fp8<HopperFlaw::none>);
 
 }  // namespace
