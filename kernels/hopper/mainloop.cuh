@@ -305,7 +305,7 @@ struct Consumer {
       if (kEarlyQRelease && key_tile == end - 1) release_q();
       softmax.apply_softcap(s);
       mask.apply(s, key_tile);
-      OnlineSoftmax::rescale(o, softmax.exponentiate<!Element<T>::kFp8>(s));  // O holds the tiles before this one
+      OnlineSoftmax::rescale(o, softmax.exponentiate<false>(s));  // O holds the tiles before this one; the running max
       OnlineSoftmax::to_fragments<T>(s, p);
     }
     mbarrier_wait(smem.v_full(ring.stage()), ring.phase());
@@ -315,17 +315,23 @@ struct Consumer {
     ++ring.n;
   }
 
+  /// A consumer's mainloop for one tile: fp8 through run_fp8, f16/bf16 through
+  /// run_overlapped; a tile without keys only releases Q.
   __device__ void run(const TileMask<kBlockN, kFlaw>& mask, Ring& ring, float (&o)[kTilesD][4],
                       OnlineSoftmax& softmax) const {
-    const int begin = mask.plan.begin, end = mask.plan.end;
-    if (begin >= end) {
+    if (mask.plan.begin >= mask.plan.end) {
       if constexpr (kEarlyQRelease) release_q();
       return;
     }
-    if constexpr (kPromote) {
-      run_fp8(mask, ring, o, softmax);
-      return;
-    }
+    if constexpr (kPromote) run_fp8(mask, ring, o, softmax);
+    else run_overlapped(mask, ring, o, softmax);
+  }
+
+  /// f16/bf16: tile j's S and tile j - 1's P V issued together, the softmax of
+  /// S_j under the P V product (the struct's header). At least one key tile.
+  __device__ void run_overlapped(const TileMask<kBlockN, kFlaw>& mask, Ring& ring, float (&o)[kTilesD][4],
+                                 OnlineSoftmax& softmax) const {
+    const int begin = mask.plan.begin, end = mask.plan.end;
     float s[kTilesN][4];
     std::uint32_t p[kChunks][4];
 
@@ -334,7 +340,7 @@ struct Consumer {
     if (kEarlyQRelease && end == begin + 1) release_q();
     softmax.apply_softcap(s);
     mask.apply(s, begin);
-    softmax.exponentiate<!Element<T>::kFp8>(s);  // O is still 0: nothing to rescale
+    softmax.exponentiate<true>(s);  // O is still 0: nothing to rescale
     OnlineSoftmax::to_fragments<T>(s, p);
 
     // Both waits come before the fence: a wait is a loop, and ptxas serializes
@@ -355,7 +361,7 @@ struct Consumer {
       if (kEarlyQRelease && key_tile == end - 1) release_q();
       softmax.apply_softcap(s);
       mask.apply(s, key_tile);
-      const TileCorrection correction = softmax.exponentiate<!Element<T>::kFp8>(s);
+      const TileCorrection correction = softmax.exponentiate<true>(s);
       wgmma_wait<0>();
       fence_operands(o);
       fence_operands(p);  // P's registers stay reserved until the product that reads them is done
