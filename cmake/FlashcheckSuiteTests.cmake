@@ -1,7 +1,7 @@
 # flashcheck_discover_tests(TARGET [PER_SUITE] [PREFIX p] [SUITE_REGEX re]
 #                           [LABELS ...] [ENVIRONMENT ...] [PROCESSORS n]
 #                           [RESOURCE_GROUPS g] [TIMEOUT s]
-#                           [SHARD_SUITES re SHARDS n])
+#                           [SHARD_SUITES re SHARDS n] [COST_SUITES re COST c])
 #
 # GoogleTest discovery, at ctest start-up (`TARGET --gtest_list_tests`, which
 # touches no GPU), of the suites whose name matches SUITE_REGEX:
@@ -11,6 +11,9 @@
 #     a suite that matches SHARD_SUITES is split into SHARDS tests "<p><Suite>/<i>",
 #     GoogleTest's own sharding (GTEST_TOTAL_SHARDS, GTEST_SHARD_INDEX) dealing
 #     its tests out (Gpu_cudnn: its graphs compile on the CPU, 0.5 s each).
+#   - a test of a suite that matches COST_SUITES gets ctest's COST c, which
+#     starts it before the tests without one where ctest has no timings of its
+#     own yet (a fresh build tree): the long tests first, not in the tail.
 # It replaces gtest_discover_tests, whose PROPERTIES cannot carry lists (several
 # labels, several environment variables) in CMake 3.25. The subject suite
 # registers its suites at run time (one per registered subject), which is why
@@ -18,7 +21,7 @@
 # GPU, too old an architecture, a missing dependency) is reported SKIPPED,
 # never passed.
 function(flashcheck_discover_tests target)
-  cmake_parse_arguments(arg "PER_SUITE" "PREFIX;SUITE_REGEX;RESOURCE_GROUPS;PROCESSORS;TIMEOUT;SHARD_SUITES;SHARDS"
+  cmake_parse_arguments(arg "PER_SUITE" "PREFIX;SUITE_REGEX;RESOURCE_GROUPS;PROCESSORS;TIMEOUT;SHARD_SUITES;SHARDS;COST_SUITES;COST"
                         "LABELS;ENVIRONMENT" ${ARGN})
   if(NOT arg_SUITE_REGEX)
     set(arg_SUITE_REGEX ".")
@@ -46,6 +49,10 @@ function(flashcheck_discover_tests target)
   # cores: 35.6 s of a cold gpu-quick tier whose longest shard took 27 s).
   string(REPLACE "ENVIRONMENT \"${environment}\"" "ENVIRONMENT \"${environment};GTEST_TOTAL_SHARDS=${arg_SHARDS};GTEST_SHARD_INDEX=\${shard}\" COST 1000"
          shard_properties "${properties}")
+  if(NOT arg_COST_SUITES OR NOT arg_COST)
+    set(arg_COST_SUITES "^$")
+    set(arg_COST 0)
+  endif()
   if(NOT arg_SHARD_SUITES OR NOT arg_SHARDS)
     set(arg_SHARD_SUITES "^$")
     set(arg_SHARDS 1)
@@ -68,7 +75,10 @@ function(flashcheck_discover_tests target)
   else()
     set(add "
   add_test(\"${arg_PREFIX}\${suite}.\${name}\" \"$<TARGET_FILE:${target}>\" \"--gtest_filter=\${suite}.\${name}\")
-  set_tests_properties(\"${arg_PREFIX}\${suite}.\${name}\" PROPERTIES ${properties})")
+  set_tests_properties(\"${arg_PREFIX}\${suite}.\${name}\" PROPERTIES ${properties})
+  if(suite MATCHES \"${arg_COST_SUITES}\")
+    set_tests_properties(\"${arg_PREFIX}\${suite}.\${name}\" PROPERTIES COST ${arg_COST})
+  endif()")
   endif()
   file(GENERATE OUTPUT "${script}" CONTENT "
 if(NOT EXISTS \"$<TARGET_FILE:${target}>\")

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "flashcheck/core/gpu/runtime.hpp"
@@ -11,6 +13,10 @@ namespace flashcheck::gpu {
 namespace {
 
 std::atomic<bool> poisoned{false};
+// The fault that poisoned the context, named by every refusal after it (a
+// property's shrinking then reports it, not just "an earlier fault").
+std::mutex first_fault_mutex;
+std::string first_fault;
 
 }  // namespace
 
@@ -35,13 +41,17 @@ bool is_sticky(cudaError_t code) {
 void check(cudaError_t status, const char* call, const CallSite& site) {
   if (status == cudaSuccess) return;
   const bool sticky = is_sticky(status);
-  if (sticky) poisoned = true;
-  else cudaGetLastError();  // clear a non-sticky error so it does not resurface later
-  throw CudaError(status,
-                  fmt::format("{} failed: {} ({}){} in kernel {} on problem '{}'", call, cudaGetErrorString(status),
-                              cudaGetErrorName(status), sticky ? " [sticky: the CUDA context is unusable]" : "",
-                              site.kernel, site.problem),
-                  sticky);
+  std::string message =
+      fmt::format("{} failed: {} ({}){} in kernel {} on problem '{}'", call, cudaGetErrorString(status),
+                  cudaGetErrorName(status), sticky ? " [sticky: the CUDA context is unusable]" : "", site.kernel,
+                  site.problem);
+  if (sticky) {
+    const std::lock_guard lock(first_fault_mutex);
+    if (!poisoned.exchange(true)) first_fault = message;
+  } else {
+    cudaGetLastError();  // clear a non-sticky error so it does not resurface later
+  }
+  throw CudaError(status, message, sticky);
 }
 
 void check_launch(const char* kernel, const CallSite& site) {
@@ -63,7 +73,10 @@ bool device_available(std::string* why) {
     return false;
   }
   if (poisoned) {
-    if (why) *why = "the CUDA context was poisoned by an earlier fault";
+    if (why) {
+      const std::lock_guard lock(first_fault_mutex);
+      *why = "the CUDA context was poisoned by an earlier fault: " + first_fault;
+    }
     return false;
   }
   return true;

@@ -122,7 +122,12 @@ DeviceShape prepare(Kernel* kernel, int smem_bytes, const gpu::CallSite& site) {
 /// on `stream`, zeroed once: each launch's last block zeroes them again
 /// (scheduler.cuh), so a launch costs no allocation or memset. One pair per
 /// device and stream, as launches on one stream never overlap; kept for the
-/// process's life.
+/// process's life. The zeroing is on `stream`: a cudaMemset on the legacy
+/// stream does not order a non-blocking stream's kernel after it, and the
+/// harness's streams are non-blocking. A first launch could then read what
+/// the allocation held before (a freed buffer's poison: a negative tile id,
+/// an LSE store far outside its tensor); the gpu-quick tier met it as an
+/// illegal address on an H100, in 2 of 6 runs of the same cases (2026-11-27).
 inline int* scheduler_counters(cudaStream_t stream, const gpu::CallSite& site) {
   static std::mutex mutex;
   static std::map<std::pair<int, cudaStream_t>, int*> counters;
@@ -132,7 +137,7 @@ inline int* scheduler_counters(cudaStream_t stream, const gpu::CallSite& site) {
   int*& pair = counters[{device, stream}];
   if (!pair) {
     gpu::check(cudaMalloc(reinterpret_cast<void**>(&pair), 2 * sizeof(int)), "cudaMalloc", site);
-    gpu::check(cudaMemset(pair, 0, 2 * sizeof(int)), "cudaMemset", site);
+    gpu::check(cudaMemsetAsync(pair, 0, 2 * sizeof(int), stream), "cudaMemsetAsync (scheduler counters)", site);
   }
   return pair;
 }

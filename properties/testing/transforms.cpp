@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <numeric>
 #include <stdexcept>
 #include <vector>
@@ -23,6 +25,14 @@ HostTensor like(const HostTensor& t, const Shape& shape) {
   return out;
 }
 
+// Copies element `from` of t, as stored, to element `to` of out (the same
+// dtype and descale: like() made out), without a decode and a rounding back.
+void copy_stored(const HostTensor& t, std::int64_t from, HostTensor& out, std::int64_t to) {
+  const auto bytes = static_cast<std::size_t>(storage_bytes(t.dtype()));
+  std::memcpy(static_cast<std::byte*>(out.data()) + static_cast<std::size_t>(to) * bytes,
+              static_cast<const std::byte*>(t.data()) + static_cast<std::size_t>(from) * bytes, bytes);
+}
+
 // out[e] = t[source(e)] for every element e of `out`.
 template <typename Source>
 void gather(const HostTensor& t, HostTensor& out, Source source) {
@@ -32,7 +42,7 @@ void gather(const HostTensor& t, HostTensor& out, Source source) {
       for (e.s = 0; e.s < out.seqlen(); ++e.s)
         for (e.c = 0; e.c < out.dim(); ++e.c) {
           const Element from = source(e);
-          out.set(e.b, e.h, e.s, e.c, t.get(from.b, from.h, from.s, from.c));
+          copy_stored(t, t.offset(from.b, from.h, from.s, from.c), out, out.offset(e.b, e.h, e.s, e.c));
         }
 }
 
@@ -110,7 +120,8 @@ HostTensor concat(const HostTensor& first, const HostTensor& second, Axis axis) 
           std::int64_t& i = index_along(from, axis);
           const bool in_first = i < split;
           if (!in_first) i -= split;
-          out.set(e.b, e.h, e.s, e.c, (in_first ? first : second).get(from.b, from.h, from.s, from.c));
+          const HostTensor& source = in_first ? first : second;
+          copy_stored(source, source.offset(from.b, from.h, from.s, from.c), out, out.offset(e.b, e.h, e.s, e.c));
         }
   return out;
 }
