@@ -126,15 +126,23 @@ double min_subnormal(DType dtype) {
   return std::ldexp(1.0, l.emin - (l.precision - 1));
 }
 
+namespace {
+
+// 2^k for k in the normal exponents of a double, built from its bits (the
+// comparison takes one ulp per element: ldexp and frexp were 4% of a
+// property test's time).
+double power_of_two(int k) { return std::bit_cast<double>(static_cast<std::uint64_t>(k + 1023) << 52); }
+
+}  // namespace
+
 double ulp_at(DType dtype, double x) {
   const Limits l = limits_of(dtype);
   const double magnitude = std::fabs(x);
   if (!std::isfinite(magnitude)) return std::numeric_limits<double>::infinity();
-  if (magnitude < min_normal(dtype)) return min_subnormal(dtype);
-  int exponent = 0;
-  std::frexp(magnitude, &exponent);  // magnitude = f * 2^exponent, f in [0.5, 1)
-  const int binade = std::min(exponent - 1, l.emax);
-  return std::ldexp(1.0, binade - (l.precision - 1));
+  if (magnitude < power_of_two(l.emin)) return power_of_two(l.emin - (l.precision - 1));  // the subnormals' spacing
+  // magnitude is normal in the dtype, so in a double too: its binade from the exponent bits.
+  const int exponent = static_cast<int>(std::bit_cast<std::uint64_t>(magnitude) >> 52) - 1023;
+  return power_of_two(std::min(exponent, l.emax) - (l.precision - 1));
 }
 
 std::uint16_t f16_bits_from_double(double x) { return static_cast<std::uint16_t>(F16::encode(x)); }

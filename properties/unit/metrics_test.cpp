@@ -256,6 +256,13 @@ TEST(MetricsTest, HistogramBins) {
   EXPECT_EQ(histogram_bin_floor(2), 1e-16);
   EXPECT_EQ(histogram_bin_floor(13), 1e-5);
   EXPECT_EQ(histogram_bin_floor(kHistogramBins - 1), 1e4);
+  // Every edge: the edge itself opens its bin, the double below it closes the one before.
+  for (int bin = 3; bin < kHistogramBins; ++bin) {
+    const double edge = histogram_bin_floor(bin);
+    EXPECT_EQ(edge, std::pow(10.0, bin - 18)) << bin;
+    EXPECT_EQ(histogram_bin(edge), bin) << bin;
+    EXPECT_EQ(histogram_bin(std::nextafter(edge, 0.0)), bin - 1) << bin;
+  }
 }
 
 TEST(MetricsTest, UlpHistogramBins) {
