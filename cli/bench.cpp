@@ -1,6 +1,8 @@
 // `flashcheck bench`: the options; the work is reports/bench.
 #include <fmt/core.h>
 
+#include <stdexcept>
+
 #include "flashcheck/cli/commands.hpp"
 #include "flashcheck/cli/progress.hpp"
 #include "flashcheck/cli/watchdog.hpp"
@@ -45,6 +47,11 @@ void add_bench(CLI::App& app, int& exit_code) {
                       "exits 1 (0: scaled to the problem's size, as fuzz's: 60 s + 1 s per 1e7 multiply-adds)")
       ->check(finite_in(0, kMaxSeconds))
       ->capture_default_str();
+  auto splits = std::make_shared<int>(0);
+  command->add_option("--splits", *splits,
+                      "Key splits for the split-KV subjects (splitkv) instead of their own rule's count, e.g. to\n"
+                      "time a rule against a fixed count in one run; every chosen subject must take a split count")
+      ->check(CLI::Range(1, 1024));
   add_max_memory(*command);
   command->footer(
       "Example: flashcheck bench -s all --problems scripts/gpu-bench.problems --record bench.jsonl\n"
@@ -55,6 +62,11 @@ void add_bench(CLI::App& app, int& exit_code) {
   command->callback([=, &exit_code] {
     options->problems = read_problems(*lines, *file);
     options->subjects = resolve_subjects(*names, &options->every_subject);
+    if (*splits > 0)
+      for (Subject* subject : options->subjects)
+        if (!subject->set_split_count(*splits))
+          throw std::invalid_argument(fmt::format("--splits {}: subject {} takes no split count", *splits,
+                                                  subject->name()));
     if (*require_gpu)
       if (const int code = check_required_gpu(options->subjects); code != kExitPass) {
         exit_code = code;

@@ -14,10 +14,13 @@
 // Why: decode runs one block per (batch, K/V head, 4 rows), so it fills the
 // GPU only when there are >= ~132 of them; with few sequences or heads, or
 // long keys per head, splitting the keys gives every SM work. The split count
-// is FlashAttention's wave heuristic over the resident blocks (3 per SM of
-// 4 warps, 168 registers): e.g. 3 splits at B=16 Hkv=8 (384 blocks in 396
-// slots), 1 where the grid already fills the GPU; Subject::set_split_count
-// overrides it (the SplitCountsAgree property runs 1, 2, 3 and 7).
+// is FlashAttention's wave rule over the resident blocks (3 per SM of 4
+// warps, 168 registers; flashcheck/kernels/splitkv/split_rule.hpp): e.g. 3
+// splits at B=16 Hkv=8 (384 blocks in 396 slots), 109 for one sequence of
+// 131072 keys and one K/V head (up to 128 splits since 2026-11-27; 64
+// before), 1 where the grid already fills the GPU. Subject::set_split_count
+// overrides it (the SplitCountsAgree property runs 1, 2, 3 and 7; `bench
+// --splits N` times a fixed count).
 // Workspace: kept by the subject across calls and grown on demand (no per-call
 // allocation); the combine poisons each LSE slot after reading it, so a slot
 // that a later call fails to write turns its rows NaN instead of merging stale

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "decode/decode_block.cuh"
+#include "flashcheck/kernels/splitkv/split_rule.hpp"
 #include "splitkv/splitkv.cuh"
 
 namespace flashcheck::kernels {
@@ -15,8 +16,6 @@ namespace flashcheck::kernels {
 /// Warps of a split block: several blocks share an SM (each up to 168 registers).
 inline constexpr int kSplitKvWarps = 4;
 inline constexpr int kSplitKvBlocksPerSm = 3;
-/// The heuristic gives a split at least this many keys (a few steps per warp).
-inline constexpr int kSplitKvMinKeys = 256;
 /// Rows (warps) per combine block.
 inline constexpr int kCombineRows = 4;
 
@@ -147,24 +146,6 @@ __global__ void __launch_bounds__(kCombineRows * 32)
   for (int s = lane; s < splits; s += 32) lse[s * partials.rows] = quiet_nan();
 }
 
-/// Splits for a grid of `blocks_per_split` blocks per split on `slots` resident
-/// blocks (FlashAttention's rule): the fewest splits whose last wave is at least
-/// 85% as full as the best choice's, one split where the grid already fills
-/// most slots, and at least kSplitKvMinKeys keys per split.
-inline int splitkv_heuristic(std::int64_t blocks_per_split, int seqlen_kv, int slots) {
-  if (blocks_per_split >= 0.8 * slots) return 1;
-  const int most = std::clamp(seqlen_kv / kSplitKvMinKeys, 1, 64);
-  auto efficiency = [&](int splits) {
-    const double waves = static_cast<double>(blocks_per_split) * splits / slots;
-    return waves / std::ceil(waves);
-  };
-  double best = 0.0;
-  for (int splits = 1; splits <= most; ++splits) best = std::max(best, efficiency(splits));
-  for (int splits = 1; splits <= most; ++splits)
-    if (efficiency(splits) >= 0.85 * best) return splits;
-  return 1;
-}
-
 template <typename Element, int kHeadDim, SplitKvFlaw kFlaw, KeyReading kReading>
 void launch_splitkv_for(const gpu::AttentionArgs& a, int requested_splits, SplitKvWorkspace& workspace,
                         const gpu::CallSite& site) {
@@ -181,7 +162,7 @@ void launch_splitkv_for(const gpu::AttentionArgs& a, int requested_splits, Split
                "cudaOccupancyMaxActiveBlocksPerMultiprocessor", site);
     return std::max(1, sms * per_sm);
   }();
-  const int splits = requested_splits > 0 ? requested_splits : splitkv_heuristic(blocks_per_split, a.seqlen_kv, slots);
+  const int splits = requested_splits > 0 ? requested_splits : splitkv_split_count(blocks_per_split, a.seqlen_kv, slots);
   const std::int64_t rows = static_cast<std::int64_t>(a.batch) * a.heads_q * a.seqlen_q;
   const std::int64_t slots_total = rows * splits;
   float* base = static_cast<float*>(workspace.reserve(

@@ -125,5 +125,11 @@ TEST_F(BadInputCliTest, EveryCommandThatTakesProblemsTakesMaxMemory) {
   }
 }
 
+TEST_F(BadInputCliTest, BenchSplitsNeedsSubjectsThatTakeASplitCount) {
+  expect_one_line(flashcheck(fmt::format("bench -s cpu-plain --splits 3 -p '{}'", kSmall)),
+                  "--splits 3: subject cpu-plain takes no split count");
+  expect_one_line(flashcheck(fmt::format("bench -s cpu-plain --splits 0 -p '{}'", kSmall)), "--splits");
+}
+
 }  // namespace
 }  // namespace flashcheck
