@@ -158,11 +158,20 @@ AttentionRows cpu_f64_reference(const Problem& p, const Inputs& in, const RowSet
                         static_cast<int>(d), p.softmax_scale, abs_queries.data(), static_cast<int>(d),
                         abs_keys.data() + key_lo * d, static_cast<int>(d), 0.0, weights.data(), static_cast<int>(width));
             // ALiBi's bias is one more term of each logit, rounded once in f32.
+            // A key of weight 0 (masked, or its exponential underflowed) adds
+            // exactly 0, not 0 times its condition: a NaN or Inf in that key's K
+            // made it NaN, and the row's sum with it. Until 2026-11-27 it did,
+            // and the floor lost its logit terms on every row of a block that
+            // shared keys with a non-finite one (gpu tier, H100: wmma-tiles on
+            // f32 `values=nan_inf(0.02)` causal_tl, LSE 8.4e-5 off, exactly the
+            // f16 rounding of its inputs it declares, against a floor of 6.8e-7;
+            // docs/perf.md).
             for (std::int64_t r = 0; r < count; ++r) {
               const std::int64_t i = rows.rows[row_slots[begin + r]];
               for (std::int64_t j = 0; j < width; ++j) {
-                weights[r * width + j] += modify.bias_magnitude(i, key_lo + j);
-                weights[r * width + j] *= row_sum[r] > 0 ? scores[r * width + j] / row_sum[r] : 0.0;
+                const double weight = row_sum[r] > 0 ? scores[r * width + j] / row_sum[r] : 0.0;
+                double& w = weights[r * width + j];
+                w = weight == 0 ? 0.0 : (w + modify.bias_magnitude(i, key_lo + j)) * weight;
               }
             }
             cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(count), static_cast<int>(dv),

@@ -63,6 +63,24 @@ TEST(CpuF64Test, TwoKeysByHand) {
   EXPECT_NEAR(ref.lse[0], std::log(1 + e), 1e-15);
 }
 
+TEST(CpuF64Test, AMaskedNonFiniteKeyLeavesTheLogitConditionFinite) {
+  // causal_tl: row 0 sees key 0 only; key 1 holds a NaN and key 2 an Inf, both
+  // masked for row 0. Row 0's condition is |q0| |k0| = 6, its O condition
+  // |v0| 6 + |O| 6 = 12 (weight 1 on key 0).
+  const Problem p = hand_problem(3, 3, 2, MaskKind::causal_tl);
+  Inputs in = zero_inputs(p);
+  in.q.set(0, 0, 0, 0, 2.0);
+  in.k.set(0, 0, 0, 0, -3.0);
+  in.k.set(0, 0, 1, 1, std::numeric_limits<double>::quiet_NaN());
+  in.k.set(0, 0, 2, 0, kInf);
+  in.v.set(0, 0, 0, 0, 1.0);
+  const auto ref = cpu_f64_reference(p, in, all_rows(p), /*with_condition=*/true);
+  EXPECT_DOUBLE_EQ(ref.lse[0], -6.0);
+  EXPECT_DOUBLE_EQ(ref.lse_condition[0], 6.0);
+  EXPECT_DOUBLE_EQ(ref.o_condition[0], 12.0);
+  EXPECT_TRUE(std::isnan(ref.lse[1]));  // row 1 sees the NaN key
+}
+
 TEST(CpuF64Test, ScaleMultipliesTheLogits) {
   Problem p = hand_problem(1, 2, 2);
   p.softmax_scale = 0.5;
