@@ -129,8 +129,8 @@ double min_subnormal(DType dtype) {
 namespace {
 
 // 2^k for k in the normal exponents of a double, built from its bits (the
-// comparison takes one ulp per element: ldexp and frexp were 4% of a
-// property test's time).
+// comparison takes one ulp per element: ldexp's scalbn alone was 2% of a CPU
+// property test's profile).
 double power_of_two(int k) { return std::bit_cast<double>(static_cast<std::uint64_t>(k + 1023) << 52); }
 
 }  // namespace

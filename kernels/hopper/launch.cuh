@@ -126,8 +126,9 @@ DeviceShape prepare(Kernel* kernel, int smem_bytes, const gpu::CallSite& site) {
 /// stream does not order a non-blocking stream's kernel after it, and the
 /// harness's streams are non-blocking. A first launch could then read what
 /// the allocation held before (a freed buffer's poison: a negative tile id,
-/// an LSE store far outside its tensor); the gpu-quick tier met it as an
-/// illegal address on an H100, in 2 of 6 runs of the same cases (2026-11-27).
+/// an LSE store far outside its tensor). The likely cause of a sticky fault
+/// that the gpu-quick tier met in hopper-fp8 on an H100, in 2 of 7 runs of
+/// the same cases (2026-11-27; docs/perf.md, "The GPU tiers' time").
 inline int* scheduler_counters(cudaStream_t stream, const gpu::CallSite& site) {
   static std::mutex mutex;
   static std::map<std::pair<int, cudaStream_t>, int*> counters;
