@@ -56,6 +56,12 @@ class Accumulator {
  public:
   Accumulator(DType dtype, std::optional<double> bound) : dtype_(dtype), bound_(bound) {}
 
+  /// Room for `count` elements' errors, so that add() does not grow the vectors as it goes.
+  void reserve(std::int64_t count) {
+    abs_errors_.reserve(static_cast<std::size_t>(count));
+    ulp_errors_.reserve(static_cast<std::size_t>(count));
+  }
+
   void add(const Position& at, double got, double want) {
     const ValueClass got_class = classify(got), want_class = classify(want);
     count_class(got_class, metrics_.census.got_nan, metrics_.census.got_pos_inf, metrics_.census.got_neg_inf);
@@ -178,6 +184,9 @@ CaseMetrics compare(const Problem& p, const AttentionRows& got, const AttentionR
   Accumulator o(out_dtype, bounds.o), lse(DType::f32, bounds.lse);
   CaseMetrics metrics;
   metrics.has_lse = got.has_lse && want.has_lse;
+  const std::int64_t rows = p.batch * p.heads_q * want.rows.size();
+  o.reserve(rows * p.head_dim_v);
+  if (metrics.has_lse) lse.reserve(rows);
   for (std::int64_t b = 0; b < p.batch; ++b)
     for (std::int64_t h = 0; h < p.heads_q; ++h)
       for (std::int64_t r = 0; r < want.rows.size(); ++r) {
