@@ -291,6 +291,18 @@ void draw_vacuous_lengths(Problem& p, const Capabilities& caps, std::int64_t max
 
 }  // namespace
 
+Problem retyped(const Problem& problem, DType dtype) {
+  Problem p = problem;
+  p.dtype = dtype;
+  const auto rescale = [&](ValueDist& values) {
+    if (values.family == ValueFamily::near_overflow && values.params.size() > 1)
+      values.params[1] *= max_finite(problem.dtype) / max_finite(dtype);
+  };
+  rescale(p.values);
+  rescale(p.dout);
+  return p;
+}
+
 rc::Gen<ValueDist> gen_values_for(DType storage, DType compute, std::int64_t tile_kv, bool allow_special_values,
                                   std::int64_t seqlen_kv) {
   using rc::gen::just;

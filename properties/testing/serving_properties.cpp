@@ -58,8 +58,8 @@ bool has_alibi_in_f32_mha_causal(const Capabilities& caps) {
 // the ALiBi case's reference within its bound.
 void alibi_equals_explicit_bias(Subject& subject) {
   Testbed bed(subject);
-  const auto as_case = [](Problem q) {
-    q.dtype = DType::f32;
+  const auto as_case = [](const Problem& drawn) {
+    Problem q = retyped(drawn, DType::f32);
     q.heads_kv = q.heads_q;
     q.mask = MaskKind::causal_br;
     q.window_left = q.window_right = -1;

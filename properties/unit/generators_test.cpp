@@ -216,6 +216,20 @@ TEST(Generators, NearOverflowValuesKeepTheAccumulatorInRange) {
   }
 }
 
+TEST(Generators, RetypingAProblemKeepsItsValuesMagnitudes) {
+  // near_overflow(1000, 0.5) drawn for f16 is half of f16's maximum; stored in
+  // f32 it must stay there, not become half of f32's.
+  Problem p = make_problem(1, 1, 1, 4, 64, 16, DType::f16);
+  p.values = ValueDist{ValueFamily::near_overflow, {1000.0, 0.5}};
+  const Problem q = retyped(p, DType::f32);
+  EXPECT_EQ(q.dtype, DType::f32);
+  EXPECT_DOUBLE_EQ(*stated_input_magnitude(q), *stated_input_magnitude(p));
+  EXPECT_DOUBLE_EQ(q.values.params[0], 1000.0);
+  // Other families are not fractions of the dtype's range: unchanged.
+  p.values = ValueDist{ValueFamily::normal, {0.5, 2.0}};
+  EXPECT_EQ(retyped(p, DType::f32).values.params, p.values.params);
+}
+
 TEST(Generators, CoverageLabelsNameOneClassPerDimension) {
   Problem p = make_problem(2, 8, 2, 65, 0, 64, DType::bf16, MaskKind::causal_br);
   const auto labels = coverage_labels(p, kMmaLikeCapabilities);

@@ -135,6 +135,13 @@ rc::Gen<Problem> gen_problem_outside(const Capabilities& caps);
 rc::Gen<ValueDist> gen_values_for(DType storage, DType compute, std::int64_t tile_kv, bool allow_special_values,
                                   std::int64_t seqlen_kv = 2048);
 
+/// The problem stored in `dtype` instead, its values of the same magnitudes:
+/// near_overflow's parameter, a fraction of the storage dtype's maximum drawn
+/// for the dtype it was drawn in, is rescaled to the new one's (a property
+/// that moved an f16 draw to f32 had V at half of f32's range, and a
+/// textbook f32 kernel's unnormalised sum overflowed: CI, 2026-11-27).
+Problem retyped(const Problem& problem, DType dtype);
+
 }  // namespace flashcheck
 
 namespace rc {
