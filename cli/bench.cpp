@@ -1,6 +1,7 @@
 // `flashcheck bench`: the options; the work is reports/bench.
 #include <fmt/core.h>
 
+#include <limits>
 #include <stdexcept>
 
 #include "flashcheck/cli/commands.hpp"
@@ -51,7 +52,7 @@ void add_bench(CLI::App& app, int& exit_code) {
   command->add_option("--splits", *splits,
                       "Key splits for the split-KV subjects (splitkv) instead of their own rule's count, e.g. to\n"
                       "time a rule against a fixed count in one run; every chosen subject must take a split count")
-      ->check(CLI::Range(1, 1024));
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()));
   add_max_memory(*command);
   command->footer(
       "Example: flashcheck bench -s all --problems scripts/gpu-bench.problems --record bench.jsonl\n"
@@ -65,8 +66,8 @@ void add_bench(CLI::App& app, int& exit_code) {
     if (*splits > 0)
       for (Subject* subject : options->subjects)
         if (!subject->set_split_count(*splits))
-          throw std::invalid_argument(fmt::format("--splits {}: subject {} takes no split count", *splits,
-                                                  subject->name()));
+          throw std::invalid_argument(fmt::format(
+              "--splits {}: subject {} takes no split count, or not that many", *splits, subject->name()));
     if (*require_gpu)
       if (const int code = check_required_gpu(options->subjects); code != kExitPass) {
         exit_code = code;

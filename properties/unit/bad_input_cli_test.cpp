@@ -129,6 +129,7 @@ TEST_F(BadInputCliTest, BenchSplitsNeedsSubjectsThatTakeASplitCount) {
   expect_one_line(flashcheck(fmt::format("bench -s cpu-plain --splits 3 -p '{}'", kSmall)),
                   "--splits 3: subject cpu-plain takes no split count");
   expect_one_line(flashcheck(fmt::format("bench -s cpu-plain --splits 0 -p '{}'", kSmall)), "--splits");
+  expect_one_line(flashcheck(fmt::format("bench -s cpu-plain --splits x -p '{}'", kSmall)), "--splits");
 }
 
 }  // namespace
