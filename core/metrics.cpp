@@ -54,10 +54,12 @@ ValueClass classify(double x) {
 // Accumulates one tensor's comparison element by element.
 class Accumulator {
  public:
-  Accumulator(DType dtype, std::optional<double> bound) : dtype_(dtype), bound_(bound) {}
+  Accumulator(DType dtype, std::optional<double> bound, MetricDepth depth = MetricDepth::full)
+      : dtype_(dtype), bound_(bound), full_(depth == MetricDepth::full) {}
 
   /// Room for `count` elements' errors, so that add() does not grow the vectors as it goes.
   void reserve(std::int64_t count) {
+    if (!full_) return;
     abs_errors_.reserve(static_cast<std::size_t>(count));
     ulp_errors_.reserve(static_cast<std::size_t>(count));
   }
@@ -77,6 +79,10 @@ class Accumulator {
     const double abs_error = std::fabs(error);
     auto& stats = metrics_.errors;
     ++stats.count;
+    if (!full_) {
+      add_extremes(at, got, want, abs_error);
+      return;
+    }
     abs_errors_.push_back(abs_error);
     sum_sq_error_ += error * error;
     sum_sq_ref_ += want * want;
@@ -93,25 +99,20 @@ class Accumulator {
       mean_outward_ += step / static_cast<double>(stats.magnitude_count);
       m2_outward_ += step * (outward - mean_outward_);
     }
-    stats.ref_max_abs = std::max(stats.ref_max_abs, std::fabs(want));
     if (want != 0) stats.max_rel = std::max(stats.max_rel, abs_error / std::fabs(want));
     const double ulps = ulp_distance(dtype_, got, want);
     stats.max_ulp = std::max(stats.max_ulp, ulps);
     ulp_errors_.push_back(ulps);
     ++stats.histogram[histogram_bin(abs_error)];
     ++stats.ulp_histogram[ulp_histogram_bin(ulps)];
-    if (!stats.worst || abs_error > stats.worst->abs_error) stats.worst = Mismatch{at, got, want, abs_error};
-    if (bound_ && abs_error > *bound_) {
-      ++metrics_.over_bound;
-      if (!metrics_.first_over_bound) metrics_.first_over_bound = Mismatch{at, got, want, abs_error};
-    }
+    add_extremes(at, got, want, abs_error);
   }
 
   TensorMetrics finish() {
     auto& stats = metrics_.errors;
     const auto n = static_cast<double>(stats.count);
-    if (stats.count > 0) {
-      stats.max_abs = stats.worst->abs_error;
+    if (stats.count > 0) stats.max_abs = stats.worst->abs_error;
+    if (stats.count > 0 && full_) {
       stats.rmse = std::sqrt(sum_sq_error_ / n);
       stats.ref_rms = std::sqrt(sum_sq_ref_ / n);
       stats.normwise_rel = sum_sq_ref_ > 0 ? std::sqrt(sum_sq_error_ / sum_sq_ref_)
@@ -131,6 +132,18 @@ class Accumulator {
   }
 
  private:
+  // What both depths keep: the reference's largest magnitude, the worst
+  // element and the elements over the bound.
+  void add_extremes(const Position& at, double got, double want, double abs_error) {
+    auto& stats = metrics_.errors;
+    stats.ref_max_abs = std::max(stats.ref_max_abs, std::fabs(want));
+    if (!stats.worst || abs_error > stats.worst->abs_error) stats.worst = Mismatch{at, got, want, abs_error};
+    if (bound_ && abs_error > *bound_) {
+      ++metrics_.over_bound;
+      if (!metrics_.first_over_bound) metrics_.first_over_bound = Mismatch{at, got, want, abs_error};
+    }
+  }
+
   static void count_class(ValueClass c, std::int64_t& nan, std::int64_t& pos_inf, std::int64_t& neg_inf) {
     if (c == ValueClass::nan) ++nan;
     if (c == ValueClass::pos_inf) ++pos_inf;
@@ -159,6 +172,7 @@ class Accumulator {
 
   DType dtype_;
   std::optional<double> bound_;
+  bool full_;
   TensorMetrics metrics_;
   std::vector<double> abs_errors_, ulp_errors_;
   double sum_sq_error_ = 0, sum_sq_ref_ = 0;
@@ -180,8 +194,8 @@ class Accumulator {
 }  // namespace
 
 CaseMetrics compare(const Problem& p, const AttentionRows& got, const AttentionRows& want, DType out_dtype,
-                    const Bounds& bounds) {
-  Accumulator o(out_dtype, bounds.o), lse(DType::f32, bounds.lse);
+                    const Bounds& bounds, MetricDepth depth) {
+  Accumulator o(out_dtype, bounds.o, depth), lse(DType::f32, bounds.lse, depth);
   CaseMetrics metrics;
   metrics.has_lse = got.has_lse && want.has_lse;
   const std::int64_t rows = p.batch * p.heads_q * want.rows.size();

@@ -270,7 +270,7 @@ Tolerance Testbed::baseline_bound(const Problem& p, const Inputs& inputs, const 
   logits.product_unit = base_.condition.product_unit;
   add_accumulation(logits, p, want.rows, inputs.v);
   const DType o_dtype = output_dtype(p.dtype);
-  const Bounds b = rule_bounds(compare(p, baseline, want, o_dtype), o_dtype, logits);
+  const Bounds b = rule_bounds(compare(p, baseline, want, o_dtype, {}, MetricDepth::extremes), o_dtype, logits);
   return {*b.o, b.lse.value_or(0)};
 }
 

@@ -91,6 +91,43 @@ TEST(MetricsTest, MaxAbsAndItsPosition) {
   EXPECT_EQ(m.o.census.mismatches, 0);
 }
 
+// The rule's depth keeps what rule_bounds reads, and the census, the worst
+// element and the count over a bound, exactly as the full comparison has them.
+TEST(MetricsTest, TheExtremesDepthKeepsWhatTheRuleReads) {
+  RowsPair rows(make_problem(2, 2, 1, 4, 4, 8, DType::bf16));
+  rows.fill(1.5);
+  rows.want_o(0, 1, 1, 3) = -6.0;
+  rows.got_o(0, 1, 1, 3) = -6.0 + 0x1p-8;
+  rows.got_o(1, 1, 2, 5) -= 3 * 0x1p-10;
+  rows.got_o(1, 0, 3, 7) = kNan;  // a census mismatch
+  const Bounds bounds{0x1p-9, std::nullopt};
+  const CaseMetrics full = rows.compare(DType::bf16, bounds);
+  const CaseMetrics lean = flashcheck::compare(rows.problem, rows.got, rows.want, DType::bf16, bounds,
+                                               MetricDepth::extremes);
+  EXPECT_EQ(lean.o.errors.max_abs, full.o.errors.max_abs);
+  EXPECT_EQ(lean.o.errors.max_abs, 0x1p-8);
+  EXPECT_EQ(lean.o.errors.ref_max_abs, 6.0);
+  EXPECT_EQ(lean.o.errors.count, full.o.errors.count);
+  EXPECT_EQ(lean.o.errors.worst, full.o.errors.worst);
+  EXPECT_EQ(lean.o.census.mismatches, 1);  // (== on Census is false: its first mismatch holds a NaN)
+  EXPECT_EQ(lean.o.census.got_nan, full.o.census.got_nan);
+  ASSERT_TRUE(lean.o.census.first_mismatch.has_value());
+  EXPECT_EQ(lean.o.census.first_mismatch->at, full.o.census.first_mismatch->at);
+  EXPECT_EQ(lean.o.over_bound, 2);
+  EXPECT_EQ(lean.o.first_over_bound, full.o.first_over_bound);
+  EXPECT_EQ(lean.lse.errors.ref_max_abs, full.lse.errors.ref_max_abs);
+  EXPECT_EQ(lean.rows_compared, full.rows_compared);
+  // The rule's bounds from either are the same numbers.
+  const LogitCondition none;
+  EXPECT_EQ(*rule_bounds(lean, DType::bf16, none).o, *rule_bounds(full, DType::bf16, none).o);
+  EXPECT_EQ(*rule_bounds(lean, DType::bf16, none).lse, *rule_bounds(full, DType::bf16, none).lse);
+  // What it skips stays 0 (full has them).
+  EXPECT_GT(full.o.errors.rmse, 0.0);
+  EXPECT_EQ(lean.o.errors.rmse, 0.0);
+  EXPECT_EQ(lean.o.errors.p999, 0.0);
+  EXPECT_EQ(lean.o.errors.max_ulp, 0.0);
+}
+
 TEST(MetricsTest, RmseNormwiseAndMeanOnAKnownVector) {
   // One row of four: want = (1, 2, 2, 4), ||want|| = 5; errors (+-0.5) -> rmse 0.5, normwise 1/5.
   RowsPair rows(make_problem(1, 1, 1, 1, 1, 4, DType::f32));

@@ -104,11 +104,18 @@ struct Bounds {
   std::optional<double> o, lse;
 };
 
+/// What compare() measures. `extremes` is what the tolerance rule reads of a
+/// baseline (rule_bounds: max_abs and ref_max_abs) with the NaN/Inf census,
+/// the worst element and the count over a bound; every other statistic stays
+/// 0. It skips the per-element ULPs, histograms, moments and the percentiles'
+/// selections, for a property's second baseline (Testbed::baseline_bound).
+enum class MetricDepth { full, extremes };
+
 /// Compares `got` with the reference `want` on the rows both hold (the same
 /// RowSet). Padding rows are skipped. O errors are measured in `out_dtype`
 /// ULPs, LSE in f32 ULPs.
 CaseMetrics compare(const Problem& problem, const AttentionRows& got, const AttentionRows& want, DType out_dtype,
-                    const Bounds& bounds = {});
+                    const Bounds& bounds = {}, MetricDepth depth = MetricDepth::full);
 
 /// The backward's metrics: one TensorMetrics per gradient. Positions are
 /// (batch, head, row, column) with the query head and row for dQ, the K/V
