@@ -1,10 +1,12 @@
 # flashcheck_discover_tests(TARGET [PER_SUITE] [PREFIX p] [SUITE_REGEX re]
 #                           [LABELS ...] [ENVIRONMENT ...] [PROCESSORS n]
 #                           [RESOURCE_GROUPS g] [TIMEOUT s]
-#                           [SHARD_SUITES re SHARDS n] [COST_SUITES re COST c])
+#                           [SHARD_SUITES re SHARDS n] [COST_SUITES re COST c]
+#                           [EXCLUDE_SUITES re])
 #
 # GoogleTest discovery, at ctest start-up (`TARGET --gtest_list_tests`, which
-# touches no GPU), of the suites whose name matches SUITE_REGEX:
+# touches no GPU), of the suites whose name matches SUITE_REGEX and not
+# EXCLUDE_SUITES (a second call gives those their own budget):
 #   - one ctest test "<p><Suite>.<Test>" per test (the default), or
 #   - with PER_SUITE, one test "<p><Suite>" per suite, running `--gtest_filter=<Suite>.*`
 #     in one process (the gpu-quick tier: one process per subject);
@@ -21,10 +23,13 @@
 # GPU, too old an architecture, a missing dependency) is reported SKIPPED,
 # never passed.
 function(flashcheck_discover_tests target)
-  cmake_parse_arguments(arg "PER_SUITE" "PREFIX;SUITE_REGEX;RESOURCE_GROUPS;PROCESSORS;TIMEOUT;SHARD_SUITES;SHARDS;COST_SUITES;COST"
+  cmake_parse_arguments(arg "PER_SUITE" "PREFIX;SUITE_REGEX;EXCLUDE_SUITES;RESOURCE_GROUPS;PROCESSORS;TIMEOUT;SHARD_SUITES;SHARDS;COST_SUITES;COST"
                         "LABELS;ENVIRONMENT" ${ARGN})
   if(NOT arg_SUITE_REGEX)
     set(arg_SUITE_REGEX ".")
+  endif()
+  if(NOT arg_EXCLUDE_SUITES)
+    set(arg_EXCLUDE_SUITES "^$")
   endif()
   if(NOT arg_PROCESSORS)
     set(arg_PROCESSORS 1)
@@ -34,7 +39,7 @@ function(flashcheck_discover_tests target)
   endif()
   set(environment "${arg_ENVIRONMENT}")
   set(labels "${arg_LABELS}")
-  string(MD5 tag "${arg_PREFIX}${arg_SUITE_REGEX}${arg_PER_SUITE}")
+  string(MD5 tag "${arg_PREFIX}${arg_SUITE_REGEX}${arg_EXCLUDE_SUITES}${arg_PER_SUITE}")
   set(script "${CMAKE_CURRENT_BINARY_DIR}/${target}_tests_${tag}.cmake")
   # FIXTURES_REQUIRED test_tmp: the tests' TMPDIR, prepared before and checked
   # empty after them (properties/CMakeLists.txt).
@@ -99,7 +104,7 @@ foreach(line IN LISTS lines)
   if(line MATCHES \"^([A-Za-z0-9_/]+)\\\\.\")
     set(suite \"\${CMAKE_MATCH_1}\")
     set(wanted OFF)
-    if(suite MATCHES \"${arg_SUITE_REGEX}\")
+    if(suite MATCHES \"${arg_SUITE_REGEX}\" AND NOT suite MATCHES \"${arg_EXCLUDE_SUITES}\")
       set(wanted ON)
     endif()
     continue()
