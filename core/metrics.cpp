@@ -90,7 +90,12 @@ class Accumulator {
     // sum-of-squares formula cancels catastrophically for a constant offset.
     const double delta = error - mean_error_;
     mean_error_ += delta / static_cast<double>(stats.count);
-    rounding_mean_ += (round_to(dtype_, want) - want - rounding_mean_) / static_cast<double>(stats.count);
+    const double rounded = round_to(dtype_, want);
+    rounding_mean_ += (rounded - want - rounding_mean_) / static_cast<double>(stats.count);
+    if (std::isfinite(rounded)) {
+      const double spacing = ulp_at(dtype_, want);
+      if (std::fabs(std::fabs(want - rounded) - spacing / 2) <= kTieBand * spacing) tie_slack_sum_ += spacing;
+    }
     m2_error_ += delta * (error - mean_error_);
     if (want != 0) {
       const double outward = want > 0 ? error : -error;
@@ -119,6 +124,7 @@ class Accumulator {
                                            : (sum_sq_error_ > 0 ? std::numeric_limits<double>::infinity() : 0.0);
       stats.mean_signed = mean_error_;
       stats.rounding_mean = rounding_mean_;
+      stats.tie_slack = tie_slack_sum_ / n;
       stats.bias_t = t_statistic(mean_error_, m2_error_, stats.count);
       stats.mean_magnitude = mean_outward_;
       stats.magnitude_t = t_statistic(mean_outward_, m2_outward_, stats.magnitude_count);
@@ -177,6 +183,7 @@ class Accumulator {
   std::vector<double> abs_errors_, ulp_errors_;
   double sum_sq_error_ = 0, sum_sq_ref_ = 0;
   double rounding_mean_ = 0;
+  double tie_slack_sum_ = 0;
   double mean_error_ = 0, m2_error_ = 0;
   double mean_outward_ = 0, m2_outward_ = 0;
 

@@ -128,6 +128,7 @@ void to_json(json& j, const ErrorStats& s) {
        {"mean_signed", number(s.mean_signed)},
        {"bias_t", number(s.bias_t)},
        {"rounding_mean", number(s.rounding_mean)},
+       {"tie_slack", number(s.tie_slack)},
        {"magnitude_count", s.magnitude_count},
        {"mean_magnitude", number(s.mean_magnitude)},
        {"magnitude_t", number(s.magnitude_t)},
@@ -436,7 +437,7 @@ ErrorStats read_stats(const json& j, std::string_view where) {
   for (auto [key, field] : {std::pair{"max_rel", &s.max_rel}, {"p50", &s.p50}, {"p99", &s.p99}, {"p999", &s.p999},
                             {"normwise_rel", &s.normwise_rel}, {"max_ulp", &s.max_ulp}, {"p99_ulp", &s.p99_ulp},
                             {"mean_signed", &s.mean_signed}, {"bias_t", &s.bias_t},
-                            {"rounding_mean", &s.rounding_mean},
+                            {"rounding_mean", &s.rounding_mean}, {"tie_slack", &s.tie_slack},
                             {"mean_magnitude", &s.mean_magnitude}, {"magnitude_t", &s.magnitude_t},
                             {"ref_max_abs", &s.ref_max_abs}, {"ref_rms", &s.ref_rms}})
     *field = optional_real(j, key, where).value_or(0.0);

@@ -88,7 +88,7 @@ Verdict decide(const CaseMetrics& subject, const CaseMetrics& baseline, DType ou
   // subject's t statistic (tolerance.hpp).
   const double bias_floor =
       kBiasFloorRoundings * std::max(unit_roundoff(out_dtype) * bo.ref_rms, min_subnormal(out_dtype)) +
-      logit_noise(condition, condition.o_rms) + accumulation_noise(condition.accumulation_o);
+      logit_noise(condition, condition.o_rms) + accumulation_noise(condition.accumulation_o) + so.tie_slack;
   const auto bias_check = [&](const char* metric, double subject_mean, double baseline_mean, double t,
                               std::int64_t count) {
     RuleCheck bias = check(metric, std::fabs(subject_mean), std::fabs(baseline_mean), bias_floor);

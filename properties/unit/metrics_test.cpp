@@ -797,10 +797,12 @@ TEST(BiasRuleTest, TheMagnitudeMeanSeesTruncationOfOutputsOfBothSigns) {
 
 TEST(BiasRuleTest, FloorIsAQuarterRoundingAtTheReferencesScale) {
   BiasCase bias_case;
-  const Verdict v =
-      decide(bias_case.subject([](double want) { return round_to(DType::bf16, want); }), bias_case.baseline, DType::bf16);
+  const CaseMetrics subject = bias_case.subject([](double want) { return round_to(DType::bf16, want); });
+  const Verdict v = decide(subject, bias_case.baseline, DType::bf16);
   const RuleCheck& c = bias_check(v);
-  EXPECT_EQ(c.floor, kBiasFloorRoundings * 0x1p-8 * bias_case.baseline.o.errors.ref_rms);
+  // Plus the ties' slack: these spread references have a few (ErrorStats::tie_slack).
+  EXPECT_LT(subject.o.errors.tie_slack, 0.1 * 0x1p-7);
+  EXPECT_EQ(c.floor, kBiasFloorRoundings * 0x1p-8 * bias_case.baseline.o.errors.ref_rms + subject.o.errors.tie_slack);
   EXPECT_EQ(c.bound, kBaselineFactor * std::fabs(bias_case.baseline.o.errors.mean_signed) + c.floor);
 }
 
@@ -828,6 +830,64 @@ TEST(BiasRuleTest, CorrectRoundingOfCrowdedReferencesIsNotABias) {
   EXPECT_TRUE(v.pass) << v.rule;
   for (int i = 0; i < n; ++i) rows.got.o[i] = toward_zero_bf16(rows.want.o[i]);
   const Verdict truncating = decide(rows.compare(DType::bf16), baseline, DType::bf16);
+  EXPECT_FALSE(truncating.pass) << truncating.rule;
+}
+
+// References on rounding midpoints (O averaging two bf16 values): an output
+// that sends every tie away from zero has a mean error of about half an ulp
+// times the tie fraction. It is faithful, and the tie slack lets it pass; on
+// the same references a truncating output still fails, and spread references
+// give almost no slack.
+TEST(BiasRuleTest, TiesBrokenOneWayAreNotABias) {
+  RowsPair rows(make_problem(1, 1, 1, 32, 32, 16, DType::bf16));
+  rows.fill(0.0);
+  const int n = static_cast<int>(rows.want.o.size());
+  std::uint64_t state = 7;
+  const auto next = [&state] { return (state = state * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
+  std::vector<double> away(static_cast<std::size_t>(n)), nearest(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    // Two bf16 values in [-1.875, -1.5]: their mean is a midpoint when they differ by an odd number of ulps.
+    const double a = -1.5 - 0x1p-7 * static_cast<double>(next() % 48);
+    const double b = -1.5 - 0x1p-7 * static_cast<double>(next() % 48);
+    const double exact = (a + b) / 2 * (1 - 1e-7 * std::sin(static_cast<double>(i)));  // just off the midpoint
+    rows.want.o[i] = exact;
+    nearest[static_cast<std::size_t>(i)] = round_to(DType::bf16, exact);
+    away[static_cast<std::size_t>(i)] = round_to(DType::bf16, exact * (1 + 5e-6));  // ties go away from zero
+  }
+  RowsPair base = rows;
+  for (int i = 0; i < n; ++i) base.got.o[i] = nearest[static_cast<std::size_t>(i)];
+  for (int i = 0; i < n; ++i) rows.got.o[i] = away[static_cast<std::size_t>(i)];
+  const CaseMetrics subject = rows.compare(DType::bf16), baseline = base.compare(DType::bf16);
+  EXPECT_GT(subject.o.errors.tie_slack, 0.3 * 0x1p-7);  // about half the elements are ties, an ulp each
+  ASSERT_GT(std::fabs(subject.o.errors.bias_t), kBiasT);
+  ASSERT_GT(std::fabs(subject.o.errors.mean_signed - subject.o.errors.rounding_mean), 0.25 * 0x1p-8 * 1.7);
+  const Verdict v = decide(subject, baseline, DType::bf16);
+  EXPECT_TRUE(v.pass) << v.rule;
+
+  // Spread references: the slack is a few percent of an ulp.
+  RowsPair spread(make_problem(1, 1, 1, 32, 32, 16, DType::bf16));
+  spread.fill(0.0);
+  for (int i = 0; i < n; ++i) spread.want.o[i] = spread.got.o[i] = -1.5 - 0.37 * std::fabs(std::sin(1.3 * i));
+  EXPECT_LT(spread.compare(DType::bf16).o.errors.tie_slack, 0.1 * 0x1p-7);
+}
+
+TEST(BiasRuleTest, TruncationIsCaughtWhereFewReferencesAreTies) {
+  RowsPair rows(make_problem(1, 1, 1, 32, 32, 16, DType::bf16));
+  rows.fill(0.0);
+  const int n = static_cast<int>(rows.want.o.size());
+  for (int i = 0; i < n; ++i) {
+    // A quarter of the references are midpoints, the rest spread.
+    const double spread = -1.5 - 0.37 * std::fabs(std::sin(1.3 * i));
+    rows.want.o[i] = i % 4 == 0 ? round_to(DType::bf16, spread) - 0x1p-8 : spread;
+  }
+  RowsPair base = rows;
+  for (int i = 0; i < n; ++i) {
+    base.got.o[i] = round_to(DType::bf16, rows.want.o[i] * (1 + 0x1p-9 * std::sin(3.0 * i)));
+    rows.got.o[i] = toward_zero_bf16(rows.want.o[i]);
+  }
+  const CaseMetrics subject = rows.compare(DType::bf16);
+  EXPECT_GT(subject.o.errors.tie_slack, 0.2 * 0x1p-7);
+  const Verdict truncating = decide(subject, base.compare(DType::bf16), DType::bf16);
   EXPECT_FALSE(truncating.pass) << truncating.rule;
 }
 

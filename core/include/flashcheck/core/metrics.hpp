@@ -58,6 +58,14 @@ struct ErrorStats {
   /// crowd around one value, so that every element rounds the same way; the
   /// bias check measures the subject's mean error from it (tolerance.hpp).
   double rounding_mean = 0;
+  /// How far a faithful output may move the mean error from rounding_mean at
+  /// ties: the mean over elements of ulp(ref) where ref lies within
+  /// kTieBand ulp of a midpoint between two neighbours of the output grid (0
+  /// elsewhere). There either neighbour is what a correct kernel's sub-ulp
+  /// arithmetic gives, and a consistent choice moves the mean by up to an ulp
+  /// per such element. Where O averages a few grid values, most elements are
+  /// ties (tolerance.hpp, the bias check).
+  double tie_slack = 0;
   // The same over the pairs whose reference is not 0, of (got - ref) sign(ref):
   // negative where outputs shrink toward zero (a truncating epilogue), whatever
   // the signs of the outputs, which mean_signed averages away.
@@ -103,6 +111,12 @@ struct CaseMetrics {
 struct Bounds {
   std::optional<double> o, lse;
 };
+
+/// Half the width, in ulps of the output dtype, of the band around a rounding
+/// midpoint in which a reference counts as a tie (ErrorStats::tie_slack).
+/// Random references fall in it with probability 2^-5, so the slack is about
+/// 3% of an ulp in the mean; a flat softmax over a few keys puts O on midpoints.
+inline constexpr double kTieBand = 0x1p-6;
 
 /// What compare() measures. `extremes` is what the tolerance rule reads of a
 /// baseline (rule_bounds: max_abs and ref_max_abs) with the NaN/Inf census,

@@ -148,7 +148,22 @@ double lse_logit_noise(const LogitCondition& condition, double value);
 ///      decode and splitkv, whose P stays f32, have 0: a finding about rounding
 ///      the unnormalised P to bf16 before P V on long rows, not a false alarm
 ///      bias_floor = kBiasFloorRoundings max(u(out) rms(ref), s(out)) + logit_noise(o_rms)
-///                   + accumulation_noise(accumulation_o)
+///                   + accumulation_noise(accumulation_o) + tie_slack
+///    where tie_slack (ErrorStats::tie_slack) is the mean over elements of
+///    an ulp for each reference within kTieBand ulp of a rounding midpoint:
+///    there a kernel's sub-ulp arithmetic decides the side, and a consistent
+///    side is no rounding bias. Measured on an H100 (2026-11-27, gpu tier,
+///    Gpu_hopper.LseMergeOfKeyHalves): `b=1 hq=1 hkv=1 sq=2 skv=2 d=128
+///    dtype=bf16 softcap=5 values=normal(-1.7,0.1)`. The cap saturates, both
+///    weights are 1 in bf16 while the row sum keeps 0.99999, so O is each
+///    column's two-value average times 1 + 5e-6. That average is a bf16
+///    midpoint for 61% of the columns, and hopper's output rounded all of them
+///    away from zero: a mean error of -2.38e-3 (t = -18.7) against a floor of
+///    1.81e-3, with O within half an ulp everywhere. The baseline normalises P
+///    before rounding it, and its ties round to even.
+///    The slack is small where references are spread out (random references
+///    fall in the band 3% of the time); a truncating output still fails where
+///    fewer than about half the elements are ties.
 ///    where s(out) is the dtype's smallest subnormal: the output grid's spacing
 ///    wherever the outputs are subnormal, whatever their size (measured on an
 ///    H100: warp-rows, correctly rounded, on f32 `values=subnormal()` outputs
