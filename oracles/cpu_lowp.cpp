@@ -17,7 +17,9 @@ namespace flashcheck {
 namespace {
 
 float round_float(DType working, float x) {
-  return working == DType::f32 ? x : static_cast<float>(round_to(working, x));
+  if (working == DType::f32) return x;
+  if (working == DType::bf16) return round_to_bf16(x);
+  return static_cast<float>(round_to(working, x));
 }
 
 // The keys query i may see, as a half-open range [begin, end).

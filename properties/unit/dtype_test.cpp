@@ -318,6 +318,31 @@ void expect_midpoints_tie_to_even(const HalfFormat& format) {
 TEST(DtypeTest, F16MidpointsOfAllAdjacentPairsTieToEven) { expect_midpoints_tie_to_even(kF16); }
 TEST(DtypeTest, Bf16MidpointsOfAllAdjacentPairsTieToEven) { expect_midpoints_tie_to_even(kBF16); }
 
+// The bit form for f32 inputs agrees with round_to on every 251st f32
+// pattern (17 million, every binade, subnormals and both signs), on each
+// pattern's neighbours and on the edges: zeros, the bf16 midpoints around 1,
+// the overflow threshold, the infinities.
+TEST(DtypeTest, Bf16RoundingOfAFloatOnItsBitsMatchesRoundTo) {
+  const auto same = [](float x) {
+    const float fast = round_to_bf16(x);
+    const double slow = round_to(DType::bf16, static_cast<double>(x));
+    if (std::isnan(slow)) return std::isnan(fast);
+    return static_cast<double>(fast) == slow && std::signbit(fast) == std::signbit(slow);
+  };
+  std::int64_t differ = 0;
+  for (std::uint64_t bits = 0; bits <= 0xFFFFFFFFull; bits += 251)
+    for (std::uint32_t near : {0u, 1u}) {
+      const float x = std::bit_cast<float>(static_cast<std::uint32_t>(bits) + near);
+      differ += !same(x);
+    }
+  for (float x : {0.0f, -0.0f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -(1.0f + 0x1p-8f), 0x1.fefffep127f, 0x1.ff0000p127f,
+                  0x1.ff0002p127f, std::numeric_limits<float>::max(), std::numeric_limits<float>::infinity(),
+                  -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::denorm_min(), 0x1.00ff8p-126f})
+    differ += !same(x);
+  EXPECT_EQ(differ, 0);
+  EXPECT_TRUE(std::isnan(round_to_bf16(std::numeric_limits<float>::quiet_NaN())));
+}
+
 TEST(DtypeTest, OverflowThresholdIsMaxPlusHalfUlp) {
   // f16: max 65504, ulp 32 -> threshold 65520.
   EXPECT_EQ(f16_bits_from_double(65519.999), 0x7BFF);

@@ -56,6 +56,16 @@ double ulp_at(DType dtype, double x);
 std::uint16_t f16_bits_from_double(double x);
 /// Nearest bf16 bit pattern to x; NaN maps to a quiet NaN of the same sign.
 std::uint16_t bf16_bits_from_double(double x);
+/// round_to(DType::bf16, x) for an f32 x, on its bits (round to nearest even
+/// into the top 16 bits: f32 holds x exactly, so this is the one rounding),
+/// for the baseline's per-operation roundings (oracles/cpu_lowp.cpp). A NaN
+/// stays a NaN.
+inline float round_to_bf16(float x) {
+  auto bits = std::bit_cast<std::uint32_t>(x);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return x;
+  bits += 0x7FFFu + ((bits >> 16) & 1u);
+  return std::bit_cast<float>(bits & 0xFFFF0000u);
+}
 /// Exact value of an f16 bit pattern.
 double f16_bits_to_double(std::uint16_t bits);
 /// Exact value of a bf16 bit pattern.
