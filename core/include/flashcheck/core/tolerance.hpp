@@ -149,7 +149,12 @@ double lse_logit_noise(const LogitCondition& condition, double value);
 ///      the unnormalised P to bf16 before P V on long rows, not a false alarm
 ///      bias_floor = kBiasFloorRoundings max(u(out) rms(ref), s(out)) + logit_noise(o_rms)
 ///                   + accumulation_noise(accumulation_o) + tie_slack
-///    where tie_slack (ErrorStats::tie_slack) is the mean over elements of
+///    where s(out) is the dtype's smallest subnormal: the output grid's spacing
+///    wherever the outputs are subnormal, whatever their size (measured on an
+///    H100: warp-rows, correctly rounded, on f32 `values=subnormal()` outputs
+///    near 2e-39 had a mean signed error of 0.19 of that spacing at t = 10.3,
+///    which u(out) rms(ref) = 1e-46 called a bias)
+///    and tie_slack (ErrorStats::tie_slack) is the mean over elements of
 ///    an ulp for each reference within kTieBand ulp of a rounding midpoint:
 ///    there a kernel's sub-ulp arithmetic decides the side, and a consistent
 ///    side is no rounding bias. Measured on an H100 (2026-11-27, gpu tier,
@@ -164,11 +169,6 @@ double lse_logit_noise(const LogitCondition& condition, double value);
 ///    The slack is small where references are spread out (random references
 ///    fall in the band 3% of the time); a truncating output still fails where
 ///    fewer than about half the elements are ties.
-///    where s(out) is the dtype's smallest subnormal: the output grid's spacing
-///    wherever the outputs are subnormal, whatever their size (measured on an
-///    H100: warp-rows, correctly rounded, on f32 `values=subnormal()` outputs
-///    near 2e-39 had a mean signed error of 0.19 of that spacing at t = 10.3,
-///    which u(out) rms(ref) = 1e-46 called a bias)
 ///    The factor is the rule's own (a kernel may be twice as biased as plain
 ///    attention in its precision: the baseline rounds S and P to the working
 ///    dtype, and round-to-nearest of the same values can carry a bias of
