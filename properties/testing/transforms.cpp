@@ -25,25 +25,36 @@ HostTensor like(const HostTensor& t, const Shape& shape) {
   return out;
 }
 
-// Copies element `from` of t, as stored, to element `to` of out (the same
-// dtype and descale: like() made out), without a decode and a rounding back.
-void copy_stored(const HostTensor& t, std::int64_t from, HostTensor& out, std::int64_t to) {
+// Copies `count` elements from element `from` of t on, as stored, to element
+// `to` of out on (the same dtype and descale: like() made out), without a
+// decode and a rounding back.
+void copy_stored(const HostTensor& t, std::int64_t from, HostTensor& out, std::int64_t to, std::int64_t count = 1) {
   const auto bytes = static_cast<std::size_t>(storage_bytes(t.dtype()));
   std::memcpy(static_cast<std::byte*>(out.data()) + static_cast<std::size_t>(to) * bytes,
-              static_cast<const std::byte*>(t.data()) + static_cast<std::size_t>(from) * bytes, bytes);
+              static_cast<const std::byte*>(t.data()) + static_cast<std::size_t>(from) * bytes,
+              static_cast<std::size_t>(count) * bytes);
 }
 
-// out[e] = t[source(e)] for every element e of `out`.
+// out[e] = t[source(e)] for every element e of `out`. Where the source keeps
+// the dim index (`along_dim` false: the transform moves whole rows), a row is
+// one copy: dim is the innermost axis of both layouts.
 template <typename Source>
-void gather(const HostTensor& t, HostTensor& out, Source source) {
+void gather(const HostTensor& t, HostTensor& out, bool along_dim, Source source) {
   Element e;
   for (e.b = 0; e.b < out.batch(); ++e.b)
     for (e.h = 0; e.h < out.heads(); ++e.h)
-      for (e.s = 0; e.s < out.seqlen(); ++e.s)
+      for (e.s = 0; e.s < out.seqlen(); ++e.s) {
+        if (!along_dim) {
+          e.c = 0;
+          const Element from = source(e);
+          copy_stored(t, t.offset(from.b, from.h, from.s, 0), out, out.offset(e.b, e.h, e.s, 0), out.dim());
+          continue;
+        }
         for (e.c = 0; e.c < out.dim(); ++e.c) {
           const Element from = source(e);
           copy_stored(t, t.offset(from.b, from.h, from.s, from.c), out, out.offset(e.b, e.h, e.s, e.c));
         }
+      }
 }
 
 std::int64_t& index_along(Element& e, Axis axis) {
@@ -65,7 +76,7 @@ HostTensor slice(const HostTensor& t, Axis axis, std::int64_t first, std::int64_
   Shape shape = shape_of(t);
   shape[static_cast<std::size_t>(axis)] = count;
   HostTensor out = like(t, shape);
-  gather(t, out, [&](Element e) {
+  gather(t, out, axis == Axis::dim, [&](Element e) {
     index_along(e, axis) += first;
     return e;
   });
@@ -78,7 +89,7 @@ HostTensor repeat(const HostTensor& t, Axis axis, std::int64_t times) {
   Shape shape = shape_of(t);
   shape[static_cast<std::size_t>(axis)] *= times;
   HostTensor out = like(t, shape);
-  gather(t, out, [&](Element e) {
+  gather(t, out, axis == Axis::dim, [&](Element e) {
     index_along(e, axis) /= times;
     return e;
   });
@@ -87,7 +98,7 @@ HostTensor repeat(const HostTensor& t, Axis axis, std::int64_t times) {
 
 HostTensor permute(const HostTensor& t, Axis axis, const std::vector<std::int64_t>& order) {
   HostTensor out = like(t, shape_of(t));
-  gather(t, out, [&](Element e) {
+  gather(t, out, axis == Axis::dim, [&](Element e) {
     std::int64_t& i = index_along(e, axis);
     if (i < static_cast<std::int64_t>(order.size())) i = order[static_cast<std::size_t>(i)];
     return e;
@@ -111,17 +122,19 @@ HostTensor concat(const HostTensor& first, const HostTensor& second, Axis axis) 
   const std::int64_t split = shape[a];
   shape[a] += extent(second, axis);
   HostTensor out = like(first, shape);
+  // Whole rows at a time, unless the axis is dim itself.
+  const std::int64_t run = axis == Axis::dim ? 1 : out.dim();
   Element e;
   for (e.b = 0; e.b < out.batch(); ++e.b)
     for (e.h = 0; e.h < out.heads(); ++e.h)
       for (e.s = 0; e.s < out.seqlen(); ++e.s)
-        for (e.c = 0; e.c < out.dim(); ++e.c) {
+        for (e.c = 0; e.c < out.dim(); e.c += run) {
           Element from = e;
           std::int64_t& i = index_along(from, axis);
           const bool in_first = i < split;
           if (!in_first) i -= split;
           const HostTensor& source = in_first ? first : second;
-          copy_stored(source, source.offset(from.b, from.h, from.s, from.c), out, out.offset(e.b, e.h, e.s, e.c));
+          copy_stored(source, source.offset(from.b, from.h, from.s, from.c), out, out.offset(e.b, e.h, e.s, e.c), run);
         }
   return out;
 }
@@ -197,7 +210,7 @@ RowOrder draw_row_order(const std::vector<std::int64_t>& lengths, std::int64_t h
 
 HostTensor permute_rows(const HostTensor& t, const RowOrder& order) {
   HostTensor out = like(t, shape_of(t));
-  gather(t, out, [&](Element e) {
+  gather(t, out, false, [&](Element e) {
     const auto& rows = order[static_cast<std::size_t>(e.b)][static_cast<std::size_t>(e.h)];
     if (e.s < static_cast<std::int64_t>(rows.size())) e.s = rows[static_cast<std::size_t>(e.s)];
     return e;
