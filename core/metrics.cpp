@@ -55,11 +55,11 @@ ValueClass classify(double x) {
 class Accumulator {
  public:
   Accumulator(DType dtype, std::optional<double> bound, MetricDepth depth = MetricDepth::full)
-      : dtype_(dtype), bound_(bound), full_(depth == MetricDepth::full) {}
+      : dtype_(dtype), bound_(bound), depth_(depth) {}
 
   /// Room for `count` elements' errors, so that add() does not grow the vectors as it goes.
   void reserve(std::int64_t count) {
-    if (!full_) return;
+    if (depth_ != MetricDepth::full) return;
     abs_errors_.reserve(static_cast<std::size_t>(count));
     ulp_errors_.reserve(static_cast<std::size_t>(count));
   }
@@ -79,11 +79,10 @@ class Accumulator {
     const double abs_error = std::fabs(error);
     auto& stats = metrics_.errors;
     ++stats.count;
-    if (!full_) {
+    if (depth_ == MetricDepth::extremes) {
       add_extremes(at, got, want, abs_error);
       return;
     }
-    abs_errors_.push_back(abs_error);
     sum_sq_error_ += error * error;
     sum_sq_ref_ += want * want;
     // Welford's update of the signed error's mean and variance: the textbook
@@ -104,20 +103,22 @@ class Accumulator {
       mean_outward_ += step / static_cast<double>(stats.magnitude_count);
       m2_outward_ += step * (outward - mean_outward_);
     }
+    add_extremes(at, got, want, abs_error);
+    if (depth_ != MetricDepth::full) return;
+    abs_errors_.push_back(abs_error);
     if (want != 0) stats.max_rel = std::max(stats.max_rel, abs_error / std::fabs(want));
     const double ulps = ulp_distance(dtype_, got, want);
     stats.max_ulp = std::max(stats.max_ulp, ulps);
     ulp_errors_.push_back(ulps);
     ++stats.histogram[histogram_bin(abs_error)];
     ++stats.ulp_histogram[ulp_histogram_bin(ulps)];
-    add_extremes(at, got, want, abs_error);
   }
 
   TensorMetrics finish() {
     auto& stats = metrics_.errors;
     const auto n = static_cast<double>(stats.count);
     if (stats.count > 0) stats.max_abs = stats.worst->abs_error;
-    if (stats.count > 0 && full_) {
+    if (stats.count > 0 && depth_ != MetricDepth::extremes) {
       stats.rmse = std::sqrt(sum_sq_error_ / n);
       stats.ref_rms = std::sqrt(sum_sq_ref_ / n);
       stats.normwise_rel = sum_sq_ref_ > 0 ? std::sqrt(sum_sq_error_ / sum_sq_ref_)
@@ -128,6 +129,8 @@ class Accumulator {
       stats.bias_t = t_statistic(mean_error_, m2_error_, stats.count);
       stats.mean_magnitude = mean_outward_;
       stats.magnitude_t = t_statistic(mean_outward_, m2_outward_, stats.magnitude_count);
+    }
+    if (stats.count > 0 && depth_ == MetricDepth::full) {
       const std::array<double, 3> p = percentiles<3>(abs_errors_, {0.5, 0.99, 0.999});
       stats.p50 = p[0];
       stats.p99 = p[1];
@@ -178,7 +181,7 @@ class Accumulator {
 
   DType dtype_;
   std::optional<double> bound_;
-  bool full_;
+  MetricDepth depth_;
   TensorMetrics metrics_;
   std::vector<double> abs_errors_, ulp_errors_;
   double sum_sq_error_ = 0, sum_sq_ref_ = 0;

@@ -216,14 +216,14 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
 
   // O's dtype: the errors are measured in its roundings (bf16 for fp8 inputs).
   const DType o_dtype = output_dtype(problem.dtype);
-  result.baseline_metrics = compare(problem, baseline, reference, o_dtype);
+  result.baseline_metrics = compare(problem, baseline, reference, o_dtype, {}, options.metric_depth);
   result.condition = logit_condition(problem, reference);
   add_accumulation(result.condition, problem, result.rows, inputs.v);
   if (result.baseline_dtype != problem.dtype) result.condition.input_unit = unit_roundoff(result.baseline_dtype);
   result.condition.product_unit = caps.product_accumulation_unit;
   const Bounds bounds = rule_bounds(result.baseline_metrics, o_dtype, result.condition);
   const AttentionRows got = gather_rows(problem, run.outputs, result.rows);
-  result.subject_metrics = compare(problem, got, reference, o_dtype, bounds);
+  result.subject_metrics = compare(problem, got, reference, o_dtype, bounds, options.metric_depth);
   result.verdict = decide(result.subject_metrics, result.baseline_metrics, o_dtype, result.condition);
   // The verdict: a pass that compared nothing is vacuous; a failure inside a
   // limit the subject declares is a deviation.
@@ -238,7 +238,8 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
       PeerResult p;
       p.name = std::string(peer->name());
       p.version = peer->version_info();
-      p.metrics = compare(problem, gather_rows(problem, peer_run.outputs, result.rows), reference, o_dtype);
+      p.metrics = compare(problem, gather_rows(problem, peer_run.outputs, result.rows), reference, o_dtype, {},
+                          options.metric_depth);
       auto ratio = [](double a, double b) { return b > 0 ? a / b : (a > 0 ? INFINITY : 1.0); };
       p.o_max_ratio = ratio(result.subject_metrics.o.errors.max_abs, p.metrics.o.errors.max_abs);
       p.o_rmse_ratio = ratio(result.subject_metrics.o.errors.rmse, p.metrics.o.errors.rmse);

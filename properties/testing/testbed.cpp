@@ -68,6 +68,7 @@ void Testbed::initialize(const Problem& problem, const Inputs& inputs) {
   options.keep_outputs = true;
   options.max_rows = std::max<std::int64_t>(problem.seqlen_q, 1);  // every row: derived references need them all
   options.references = &ReferenceCache::instance();
+  options.metric_depth = MetricDepth::rule;  // a failure prints the verdict's checks, not the distributions
   inputs_ = inputs;
   base_ = judge(subject_, problem, inputs_, options);
   if (base_.status == Status::unsupported) RC_DISCARD("refused at launch: " + base_.message);
@@ -144,8 +145,8 @@ std::string element_at(const Mismatch& mismatch) {
 
 // One tensor's element check: NaN/Inf classes position by position, then, on
 // the finite pairs, whether `got` is outside its bound (the caller says, with
-// how far, which ranks the worst element). Leaner than compare() (no
-// percentiles, histograms or ULPs), which the base case's judgement computed.
+// how far, which ranks the worst element). Leaner than compare() at any
+// depth: no moments, RMS or bias statistics.
 class ElementCheck {
  public:
   explicit ElementCheck(std::string outside) : outside_(std::move(outside)) {}
@@ -255,7 +256,7 @@ void Testbed::verify_rule(std::string_view what, const AttentionRows& got) const
   const DType o_dtype = output_dtype(p.dtype);
   const Bounds bounds = rule_bounds(base_.baseline_metrics, o_dtype, base_.condition);
   CaseResult result = base_;  // the base's baseline, condition and rows; the subject's metrics of `got`
-  result.subject_metrics = compare(p, got, base_.reference, o_dtype, bounds);
+  result.subject_metrics = compare(p, got, base_.reference, o_dtype, bounds, MetricDepth::rule);
   result.verdict = decide(result.subject_metrics, base_.baseline_metrics, o_dtype, base_.condition);
   if (!result.verdict.pass) RC_FAIL(fmt::format("{}:\n{}", what, explain(result)));
 }

@@ -128,6 +128,58 @@ TEST(MetricsTest, TheExtremesDepthKeepsWhatTheRuleReads) {
   EXPECT_EQ(lean.o.errors.max_ulp, 0.0);
 }
 
+// The rule depth (the properties' judgement) keeps every statistic that the
+// verdict reads, bit for bit, and leaves the distributions at 0.
+TEST(MetricsTest, TheRuleDepthKeepsWhatTheVerdictReads) {
+  RowsPair rows(make_problem(2, 2, 1, 4, 4, 8, DType::bf16));
+  rows.fill(1.5);
+  rows.want_o(0, 1, 1, 3) = -6.0;
+  rows.got_o(0, 1, 1, 3) = -6.0 + 0x1p-8;
+  rows.got_o(1, 1, 2, 5) -= 3 * 0x1p-10;
+  rows.got_o(0, 0, 0, 0) += 0x1p-7;
+  rows.got_o(1, 0, 3, 7) = kNan;  // a census mismatch
+  const Bounds bounds{0x1p-9, std::nullopt};
+  const CaseMetrics full = rows.compare(DType::bf16, bounds);
+  const CaseMetrics rule =
+      flashcheck::compare(rows.problem, rows.got, rows.want, DType::bf16, bounds, MetricDepth::rule);
+  for (const auto* pair : {&full.o, &full.lse}) {
+    const TensorMetrics& f = *pair;
+    const TensorMetrics& r = pair == &full.o ? rule.o : rule.lse;
+    EXPECT_EQ(r.errors.count, f.errors.count);
+    EXPECT_EQ(r.errors.max_abs, f.errors.max_abs);
+    EXPECT_EQ(r.errors.ref_max_abs, f.errors.ref_max_abs);
+    EXPECT_EQ(r.errors.rmse, f.errors.rmse);
+    EXPECT_EQ(r.errors.ref_rms, f.errors.ref_rms);
+    EXPECT_EQ(r.errors.normwise_rel, f.errors.normwise_rel);
+    EXPECT_EQ(r.errors.mean_signed, f.errors.mean_signed);
+    EXPECT_EQ(r.errors.rounding_mean, f.errors.rounding_mean);
+    EXPECT_EQ(r.errors.tie_slack, f.errors.tie_slack);
+    EXPECT_EQ(r.errors.bias_t, f.errors.bias_t);
+    EXPECT_EQ(r.errors.mean_magnitude, f.errors.mean_magnitude);
+    EXPECT_EQ(r.errors.magnitude_t, f.errors.magnitude_t);
+    EXPECT_EQ(r.errors.worst, f.errors.worst);
+    EXPECT_EQ(r.over_bound, f.over_bound);
+    EXPECT_EQ(r.census.mismatches, f.census.mismatches);
+  }
+  EXPECT_GT(full.o.errors.rmse, 0.0);
+  EXPECT_NE(full.o.errors.mean_signed, 0.0);
+  // The verdict from either is the same, check for check.
+  const LogitCondition none;
+  const Verdict from_full = decide(full, full, DType::bf16, none), from_rule = decide(rule, rule, DType::bf16, none);
+  EXPECT_EQ(from_rule.pass, from_full.pass);
+  ASSERT_EQ(from_rule.checks.size(), from_full.checks.size());
+  for (std::size_t i = 0; i < from_full.checks.size(); ++i) EXPECT_EQ(from_rule.checks[i], from_full.checks[i]);
+  // The distributions stay 0 (full has them).
+  EXPECT_GT(full.o.errors.p999, 0.0);
+  EXPECT_GT(full.o.errors.max_ulp, 0.0);
+  EXPECT_EQ(rule.o.errors.p50, 0.0);
+  EXPECT_EQ(rule.o.errors.p999, 0.0);
+  EXPECT_EQ(rule.o.errors.p99_ulp, 0.0);
+  EXPECT_EQ(rule.o.errors.max_ulp, 0.0);
+  EXPECT_EQ(rule.o.errors.max_rel, 0.0);
+  EXPECT_EQ(rule.o.errors.histogram, ErrorStats{}.histogram);
+}
+
 TEST(MetricsTest, RmseNormwiseAndMeanOnAKnownVector) {
   // One row of four: want = (1, 2, 2, 4), ||want|| = 5; errors (+-0.5) -> rmse 0.5, normwise 1/5.
   RowsPair rows(make_problem(1, 1, 1, 1, 1, 4, DType::f32));

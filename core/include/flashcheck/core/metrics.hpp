@@ -118,12 +118,16 @@ struct Bounds {
 /// 3% of an ulp in the mean; a flat softmax over a few keys puts O on midpoints.
 inline constexpr double kTieBand = 0x1p-6;
 
-/// What compare() measures. `extremes` is what the tolerance rule reads of a
-/// baseline (rule_bounds: max_abs and ref_max_abs) with the NaN/Inf census,
-/// the worst element and the count over a bound; every other statistic stays
-/// 0. It skips the per-element ULPs, histograms, moments and the percentiles'
-/// selections, for a property's second baseline (Testbed::baseline_bound).
-enum class MetricDepth { full, extremes };
+/// What compare() measures. `full` is everything, for records and reports.
+/// `rule` is what the tolerance rule and the verdict read (rule_bounds and
+/// decide: the extremes below, the moments, RMS, the bias statistics and the
+/// tie slack); the percentiles, both histograms, max_ulp and max_rel stay 0.
+/// It is the properties' judgement (Testbed), whose failures print the
+/// verdict's checks, not the distributions. `extremes` is what the rule reads
+/// of a baseline (rule_bounds: max_abs and ref_max_abs) with the NaN/Inf
+/// census, the worst element and the count over a bound; every other
+/// statistic stays 0, for a property's second baseline (Testbed::baseline_bound).
+enum class MetricDepth { full, rule, extremes };
 
 /// Compares `got` with the reference `want` on the rows both hold (the same
 /// RowSet). Padding rows are skipped. O errors are measured in `out_dtype`

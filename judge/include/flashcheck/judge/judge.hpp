@@ -57,6 +57,10 @@ struct JudgeOptions {
   /// every rerun is bitwise the first run; any other has each rerun judged by
   /// the rule too, and the spread of its reruns recorded.
   int backward_reruns = 1;
+  /// How much of the forward's error statistics compare() computes
+  /// (MetricDepth): `rule` leaves out the percentiles, histograms and ULPs,
+  /// which only records and reports show. The verdict is the same.
+  MetricDepth metric_depth = MetricDepth::full;
 };
 
 /// The peer baseline's errors on the same case, against the same oracle.
