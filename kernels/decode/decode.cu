@@ -27,7 +27,9 @@
 // group size: groups of more than 4 rows take several blocks); padded batches;
 // LSE; BHSD and BSHD; Inf/NaN inputs (masked keys are absent, never 0-weighted);
 // a paged K/V cache (pages of 16 keys or more, any table): each 16-byte load
-// reads its key's pool page from the table first (kernels/decode/decode_block.cuh).
+// reads its key's pool page from the table, a step ahead; the page and slot of
+// a step's first key are carried from step to step, without a division
+// (kernels/decode/decode_block.cuh).
 // Speed (H200, 2026-11-21, scripts/gpu-check: CUDA events, median of 10, 3
 // input sets): bf16 B=16 Hq=32 Hkv=8 Sq=1 Skv=32768 d=128: 0.714 ms, 3009 GB/s,
 // 71.5% of the 4211 GB/s device-to-device copy measured in the same run (the
@@ -38,6 +40,10 @@
 // decode in the same call): B=16 Sq=1 Skv=32768 page=16/64/256 0.780-0.781 ms
 // against 0.760 contiguous (2.6-2.8% slower; 2825 GB/s contiguous, 93% of the
 // read ceiling); B=4 Sq=4 causal_br page=16 0.195 against 0.181 ms (7.7%).
+// Paged v3 (2026-11-27, H100, the same bench: no division per load or step):
+// B=16 page=16 0.787 against 0.764 ms (3.0%); B=4 Sq=4 causal_br page=16 0.190,
+// page=64 0.189 against 0.184 (2.7-3.3%); B=1 Hq=32 Hkv=8 Skv=32768 page=16
+// 0.726 against 0.699 (3.9%). splitkv in the same call: 2.5-3.9% (was up to 13%).
 // The table is read a step ahead (docs/perf.md: reading it before each load
 // was 13% slower).
 #include "decode/decode_kernel.cuh"

@@ -21,7 +21,9 @@
 // in the table (one 4-byte read, cached: a warp's step spans at most two
 // pages when pages hold 16 keys or more) and its slot within the page. The
 // table is read a step ahead, while the step before computes, so that no K/V
-// load waits for its table entry; the rest of the pass is the contiguous one's.
+// load waits for its table entry; the page and slot of a step's first key are
+// carried from step to step (no division); the rest of the pass is the
+// contiguous one's.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -90,18 +92,14 @@ struct KeyPlace {
   int slot;
 };
 
+/// Key `slot` of sequence b's page n (its n-th table entry).
 template <KeyReading kReading>
-__device__ __forceinline__ KeyPlace key_place(const gpu::AttentionArgs& a, int b, int j) {
-  if constexpr (kReading == KeyReading::contiguous) {
-    return {b, j};
-  } else {
-    const int n = j / a.page_size, slot = j - n * a.page_size;
-    const int entry = b * a.pages_per_sequence + n;
-    if constexpr (kReading == KeyReading::paged_table_ignored) return {entry % a.pages, slot};
-    if constexpr (kReading == KeyReading::paged_off_by_one)
-      if (slot == 0 && n > 0) return {__ldg(a.page_table + entry - 1), 0};
-    return {__ldg(a.page_table + entry), slot};
-  }
+__device__ __forceinline__ KeyPlace paged_place(const gpu::AttentionArgs& a, int b, int n, int slot) {
+  const int entry = b * a.pages_per_sequence + n;
+  if constexpr (kReading == KeyReading::paged_table_ignored) return {entry % a.pages, slot};
+  if constexpr (kReading == KeyReading::paged_off_by_one)
+    if (slot == 0 && n > 0) return {__ldg(a.page_table + entry - 1), 0};
+  return {__ldg(a.page_table + entry), slot};
 }
 
 /// One query row of a block: its head, position and the keys it sees.
@@ -205,16 +203,47 @@ __device__ __forceinline__ void decode_pass(const gpu::AttentionArgs& a, int b, 
   const Element* v = static_cast<const Element*>(a.v) + hk * a.v_head_stride + column;
   // Where this lane's loads of a step live, found a step ahead (the file's header).
   constexpr int kStride = kWarps * Lanes::kTileKeys;
+  // Paged: the step's first key's page n and its place in it (first) are
+  // carried from step to step, so that no load divides by the page size (v2
+  // divided each load's key index: ncu put the paged splitkv on the short
+  // causal shape 18% over the contiguous one). A step's kTileKeys (at most
+  // 16) consecutive keys span at most two pages, as pages hold 16 keys or
+  // more (kDecodeCapabilities' min_page_size): page n and the next.
+  static_assert(Lanes::kTileKeys <= 16, "a step within two pages");
+  const int first_tile = rows.first_key + warp * Lanes::kTileKeys;
+  int page_n = 0, page_first = 0, stride_pages = 0, stride_rest = 0;
+  if constexpr (kReading != KeyReading::contiguous) {
+    page_n = first_tile / a.page_size;
+    page_first = first_tile - page_n * a.page_size;
+    stride_pages = kStride / a.page_size;
+    stride_rest = kStride - stride_pages * a.page_size;
+  }
   KeyPlace place[kDecodeLoads];
+  // The places of step `tile`'s loads: called once a step, in order (the
+  // paged state then moves on to the next step's).
   const auto find_places = [&](int tile) {
+    if constexpr (kReading == KeyReading::contiguous) {
 #pragma unroll
-    for (int u = 0; u < kDecodeLoads; ++u) {
-      const int j = tile + u * Lanes::kKeysPerLoad + slot;
-      place[u] = j <= rows.last_key ? key_place<kReading>(a, b, j) : KeyPlace{0, 0};
+      for (int u = 0; u < kDecodeLoads; ++u) place[u] = {b, tile + u * Lanes::kKeysPerLoad + slot};
+    } else {
+#pragma unroll
+      for (int u = 0; u < kDecodeLoads; ++u) {
+        const int at = page_first + u * Lanes::kKeysPerLoad + slot;
+        const bool next = at >= a.page_size;
+        place[u] = tile + u * Lanes::kKeysPerLoad + slot <= rows.last_key
+                       ? paged_place<kReading>(a, b, page_n + next, next ? at - a.page_size : at)
+                       : KeyPlace{0, 0};
+      }
+      page_n += stride_pages;
+      page_first += stride_rest;
+      if (page_first >= a.page_size) {
+        page_first -= a.page_size;
+        ++page_n;
+      }
     }
   };
-  find_places(rows.first_key + warp * Lanes::kTileKeys);
-  for (int tile = rows.first_key + warp * Lanes::kTileKeys; tile <= rows.last_key; tile += kStride) {
+  find_places(first_tile);
+  for (int tile = first_tile; tile <= rows.last_key; tile += kStride) {
     // Every load of the step is in flight before any is used.
     uint4 k_raw[kDecodeLoads], v_raw[kDecodeLoads];
 #pragma unroll
