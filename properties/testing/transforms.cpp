@@ -40,21 +40,15 @@ void copy_stored(const HostTensor& t, std::int64_t from, HostTensor& out, std::i
 // one copy: dim is the innermost axis of both layouts.
 template <typename Source>
 void gather(const HostTensor& t, HostTensor& out, bool along_dim, Source source) {
+  const std::int64_t run = along_dim ? 1 : out.dim();
   Element e;
   for (e.b = 0; e.b < out.batch(); ++e.b)
     for (e.h = 0; e.h < out.heads(); ++e.h)
-      for (e.s = 0; e.s < out.seqlen(); ++e.s) {
-        if (!along_dim) {
-          e.c = 0;
+      for (e.s = 0; e.s < out.seqlen(); ++e.s)
+        for (e.c = 0; e.c < out.dim(); e.c += run) {
           const Element from = source(e);
-          copy_stored(t, t.offset(from.b, from.h, from.s, 0), out, out.offset(e.b, e.h, e.s, 0), out.dim());
-          continue;
+          copy_stored(t, t.offset(from.b, from.h, from.s, from.c), out, out.offset(e.b, e.h, e.s, e.c), run);
         }
-        for (e.c = 0; e.c < out.dim(); ++e.c) {
-          const Element from = source(e);
-          copy_stored(t, t.offset(from.b, from.h, from.s, from.c), out, out.offset(e.b, e.h, e.s, e.c));
-        }
-      }
 }
 
 std::int64_t& index_along(Element& e, Axis axis) {
