@@ -1,5 +1,21 @@
 // hopper-fp8: the Hopper kernel (hopper.cu) on fp8 inputs, sm_90a. This
-// file's kernel is version 3 (issue 25; docs/perf.md, "fp8 on Hopper").
+// file's kernel is version 4 (issue 25; docs/perf.md, "fp8 on Hopper" and
+// "hopper-fp8 v4").
+//
+// v4 changed from v3: the consumers take no pingpong turns (mainloop.cuh:
+// Consumer::kTurns); each issues its products as soon as its operands are
+// ready. A warp-stall profile (ncu source counters) put 20% of the samples on
+// MUFU.EX2 (the exponentials, issued at the unit's rate), 12% on the row
+// maximum and 16% on wgmma waits; the turns made each consumer wait for the
+// other's softmax, which is longer than its own products.
+//  Speed (v4): H100, 2026-11-27, `flashcheck bench -s hopper-fp8,cudnn-fp8
+//  --problems .devrun/bench-fp8only.problems` (cuDNN 9.14's fp8 SDPA in the
+//  same run), e4m3 d=128: B=4 H=16 N=4096 0.680 ms, 808 TFLOP/s (0.82x
+//  cuDNN's 982); B=1 H=16 N=16384 864 (0.87x); B=2 Hq=32 Hkv=8 N=8192 868
+//  (0.84x); causal_tl N=4096 621 (0.76x), N=16384 792 (0.83x). v3 and v4 in
+//  one run of another H100: 0.85x and 0.84x at N=4096, 0.89x both at 16384,
+//  0.90x and 0.91x GQA, causal 0.72x -> 0.76x at 4096 and 0.78x -> 0.81x at
+//  16384 (cuDNN's own time moved by 7% between the two machines).
 //
 // v3 changed from v2:
 //  - 256-key tiles, as cuDNN's fp8 kernel (64 x 256) and FlashAttention-3's

@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Pingpong (mainloop.cuh): both consumers take the same number of turns
   // (they share every tile's key tiles); consumer 1's opening arrival lets
   // consumer 0 go first, and consumer 0's closing wait takes consumer 1's last one.
-  if (warpgroup == 2) named_barrier_arrive(kTurn, kConsumerThreads);
+  if (warpgroup == 2 && Consumer<T, D, kFlaw>::kTurns) named_barrier_arrive(kTurn, kConsumerThreads);
   registers_up<kConsumerRegisters>();
   const int c = warpgroup - 1;
   const int warp_row = 64 * c + 16 * (static_cast<int>(threadIdx.x) / 32 % 4);  // this warp's first row in a tile
