@@ -34,8 +34,8 @@ void upload(const Problem& p, const BackwardInputs& in, const std::vector<float>
   device.lse = detail::upload(lse.data(), static_cast<std::int64_t>(lse.size() * sizeof(float)), stream, site,
                               "cudaMemcpy (LSE)");
   detail::upload_lengths(p, stream, site, device.lengths);
-  device.delta = DeviceBuffer(static_cast<std::size_t>(p.lse_elements() * 4), site);
-  device.dq_accum = DeviceBuffer(dq_accumulator ? static_cast<std::size_t>(p.q_elements() * 4) : 0, site);
+  device.delta = DeviceBuffer(static_cast<std::size_t>(p.lse_elements() * 4), stream, site);
+  device.dq_accum = DeviceBuffer(dq_accumulator ? static_cast<std::size_t>(p.q_elements() * 4) : 0, stream, site);
 }
 
 BackwardArgs make_args(const Problem& p, const DeviceBackward& in, void* dq, void* dk, void* dv, cudaStream_t stream) {
@@ -93,8 +93,8 @@ BackwardResult GpuSubject::run_backward(const Problem& p, const BackwardInputs& 
     DeviceBackward device;
     upload(p, in, lse, needs.dq_accumulator, s, site, device);
     const int element_bytes = storage_bytes(p.dtype);
-    GuardedBuffer dq(p.q_elements(), element_bytes, site), dk(p.k_elements(), element_bytes, site),
-        dv(p.v_elements(), element_bytes, site);
+    GuardedBuffer dq(p.q_elements(), element_bytes, s, site), dk(p.k_elements(), element_bytes, s, site),
+        dv(p.v_elements(), element_bytes, s, site);
     for (GuardedBuffer* buffer : {&dq, &dk, &dv}) buffer->poison(s, site);
     const BackwardArgs args = make_args(p, device, dq.data(), dk.data(), dv.data(), s);
 
@@ -102,17 +102,26 @@ BackwardResult GpuSubject::run_backward(const Problem& p, const BackwardInputs& 
     check(cudaEventRecord(start.get(), s), "cudaEventRecord", site);
     zero_and_launch([&](const BackwardArgs& a) { launch_backward(p, a, site); }, args, device, site);
     check(cudaEventRecord(stop.get(), s), "cudaEventRecord", site);
-    check(cudaStreamSynchronize(s), "cudaStreamSynchronize (after the backward)", site);
+    // The gradients with their guard bands, and the inputs as the backward
+    // left them, come back behind it: one synchronisation for the case.
+    Downloads back(s, site);
+    const std::size_t dq_back = dq.add_to(back), dk_back = dk.add_to(back), dv_back = dv.add_to(back);
+    std::vector<std::size_t> inputs_back;
+    for (const DeviceBuffer* input : {&device.q, &device.k, &device.v, &device.o, &device.dout, &device.lse})
+      inputs_back.push_back(back.add(input->get(), input->bytes()));
+    back.wait("cudaStreamSynchronize (after the backward and its downloads)");
     float elapsed = 0;
     check(cudaEventElapsedTime(&elapsed, start.get(), stop.get()), "cudaEventElapsedTime", site);
     result.time_ms = elapsed;
 
     std::vector<std::string> violations;
-    detail::guard_violations({{&dq, "dQ"}, {&dk, "dK"}, {&dv, "dV"}}, site, violations);
+    detail::guard_violations({{&dq, back.bytes(dq_back), "dQ"}, {&dk, back.bytes(dk_back), "dK"},
+                              {&dv, back.bytes(dv_back), "dV"}},
+                             violations);
     result.gradients = make_gradients(p);
-    dq.download(result.gradients.dq.data(), site);
-    dk.download(result.gradients.dk.data(), site);
-    dv.download(result.gradients.dv.data(), site);
+    dq.copy_body(back.bytes(dq_back), result.gradients.dq.data());
+    dk.copy_body(back.bytes(dk_back), result.gradients.dk.data());
+    dv.copy_body(back.bytes(dv_back), result.gradients.dv.data());
 
     // Unwritten: an element still holding the poison's exact bits; padding
     // rows too where the subject writes them, else they are set to 0 here.
@@ -141,13 +150,14 @@ BackwardResult GpuSubject::run_backward(const Problem& p, const BackwardInputs& 
 
     // Inputs must come back bit-identical.
     const HostTensor &q = in.inputs.q, &k = in.inputs.k, &v = in.inputs.v, &o = in.forward.o, &dout = in.dout;
-    detail::input_violations({{q.data(), q.bytes(), &device.q, "Q"},
-                              {k.data(), k.bytes(), &device.k, "K"},
-                              {v.data(), v.bytes(), &device.v, "V"},
-                              {o.data(), o.bytes(), &device.o, "O"},
-                              {dout.data(), dout.bytes(), &device.dout, "dO"},
-                              {lse.data(), static_cast<std::int64_t>(lse.size() * sizeof(float)), &device.lse, "LSE"}},
-                             "backward", site, violations);
+    detail::input_violations({{q.data(), q.bytes(), back.bytes(inputs_back[0]), "Q"},
+                              {k.data(), k.bytes(), back.bytes(inputs_back[1]), "K"},
+                              {v.data(), v.bytes(), back.bytes(inputs_back[2]), "V"},
+                              {o.data(), o.bytes(), back.bytes(inputs_back[3]), "O"},
+                              {dout.data(), dout.bytes(), back.bytes(inputs_back[4]), "dO"},
+                              {lse.data(), static_cast<std::int64_t>(lse.size() * sizeof(float)),
+                               back.bytes(inputs_back[5]), "LSE"}},
+                             "backward", violations);
     if (!violations.empty()) {
       result.status = Status::error;
       result.message = detail::join_violations(violations);
@@ -177,9 +187,9 @@ std::optional<Timing> GpuSubject::time_backward(const Problem& p, const Backward
   const int element_bytes = storage_bytes(p.dtype);
   for (std::size_t s = 0; s < count; ++s) {
     upload(p, in, lse, needs.dq_accumulator, stream.get(), site, sets[s]);
-    gradients.emplace_back(static_cast<std::size_t>(p.q_elements() * element_bytes), site);
-    gradients.emplace_back(static_cast<std::size_t>(p.k_elements() * element_bytes), site);
-    gradients.emplace_back(static_cast<std::size_t>(p.v_elements() * element_bytes), site);
+    gradients.emplace_back(static_cast<std::size_t>(p.q_elements() * element_bytes), stream.get(), site);
+    gradients.emplace_back(static_cast<std::size_t>(p.k_elements() * element_bytes), stream.get(), site);
+    gradients.emplace_back(static_cast<std::size_t>(p.v_elements() * element_bytes), stream.get(), site);
   }
   return detail::time_launches(
       [&](int n) {

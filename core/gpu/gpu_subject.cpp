@@ -37,7 +37,7 @@ std::optional<std::string> device_refusal(const Capabilities& caps) {
 }
 
 DeviceBuffer upload(const void* host, std::int64_t bytes, cudaStream_t stream, const CallSite& site, const char* what) {
-  DeviceBuffer device(static_cast<std::size_t>(bytes), site);
+  DeviceBuffer device(static_cast<std::size_t>(bytes), stream, site);
   if (bytes > 0)
     check(cudaMemcpyAsync(device.get(), host, static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice, stream), what,
           site);
@@ -89,27 +89,20 @@ bool still_poisoned(const HostTensor& tensor, std::int64_t at) {
   return static_cast<const std::uint16_t*>(tensor.data())[at] == GuardedBuffer::kPoison16;
 }
 
-void guard_violations(std::initializer_list<std::pair<const GuardedBuffer*, const char*>> outputs,
-                      const CallSite& site, std::vector<std::string>& violations) {
-  for (const auto& [buffer, label] : outputs) {
+void guard_violations(std::initializer_list<ReturnedOutput> outputs, std::vector<std::string>& violations) {
+  for (const auto& [buffer, storage, label] : outputs) {
     std::int64_t first = 0;
-    if (const std::int64_t touched = buffer->touched_guard_elements(site, &first))
+    if (const std::int64_t touched = buffer->touched_guard_elements(storage, &first))
       violations.push_back(fmt::format("out-of-bounds write: {} element(s) of {}'s guard bands written, the first at "
                                        "element {} (the buffer holds {})",
                                        touched, label, first, buffer->count()));
   }
 }
 
-void input_violations(std::initializer_list<HandedInput> inputs, const char* who, const CallSite& site,
-                      std::vector<std::string>& violations) {
-  for (const HandedInput& input : inputs) {
-    std::vector<unsigned char> after(static_cast<std::size_t>(input.bytes));
-    if (after.empty()) continue;
-    check(cudaMemcpy(after.data(), input.device->get(), after.size(), cudaMemcpyDeviceToHost),
-          "cudaMemcpy (input check)", site);
-    if (std::memcmp(after.data(), input.host, after.size()) != 0)
+void input_violations(std::initializer_list<HandedInput> inputs, const char* who, std::vector<std::string>& violations) {
+  for (const HandedInput& input : inputs)
+    if (input.bytes > 0 && std::memcmp(input.after, input.host, static_cast<std::size_t>(input.bytes)) != 0)
       violations.push_back(fmt::format("input modification: the {} wrote to {}", who, input.label));
-  }
 }
 
 std::string join_violations(const std::vector<std::string>& violations) {
@@ -237,8 +230,8 @@ RunResult GpuSubject::run(const Problem& p, const Inputs& in) {
     DeviceInputs device;
     upload(p, in, stream.get(), site, device);
     const bool with_lse = capabilities().lse;
-    GuardedBuffer o(p.o_elements(), storage_bytes(output_dtype(p.dtype)), site);
-    GuardedBuffer lse(with_lse ? p.lse_elements() : 0, 4, site);
+    GuardedBuffer o(p.o_elements(), storage_bytes(output_dtype(p.dtype)), stream.get(), site);
+    GuardedBuffer lse(with_lse ? p.lse_elements() : 0, 4, stream.get(), site);
     o.poison(stream.get(), site);
     if (with_lse) lse.poison(stream.get(), site);
     const AttentionArgs args =
@@ -247,18 +240,25 @@ RunResult GpuSubject::run(const Problem& p, const Inputs& in) {
     check(cudaEventRecord(start.get(), stream.get()), "cudaEventRecord", site);
     launch(p, args, site);
     check(cudaEventRecord(stop.get(), stream.get()), "cudaEventRecord", site);
-    check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize (after the kernel)", site);
+    // The outputs with their guard bands, and the inputs as the kernel left
+    // them, come back behind the kernel: one synchronisation for the case.
+    Downloads back(stream.get(), site);
+    const std::size_t o_back = o.add_to(back), lse_back = lse.add_to(back);
+    const std::size_t q_back = back.add(device.q.get(), device.q.bytes()), k_back = back.add(device.k.get(), device.k.bytes()),
+                      v_back = back.add(device.v.get(), device.v.bytes()),
+                      pages_back = back.add(device.page_table.get(), device.page_table.bytes());
+    back.wait("cudaStreamSynchronize (after the kernel and its downloads)");
     float elapsed = 0;
     check(cudaEventElapsedTime(&elapsed, start.get(), stop.get()), "cudaEventElapsedTime", site);
     result.time_ms = elapsed;
 
     std::vector<std::string> violations;
-    if (with_lse) detail::guard_violations({{&o, "O"}, {&lse, "LSE"}}, site, violations);
-    else detail::guard_violations({{&o, "O"}}, site, violations);
+    if (with_lse) detail::guard_violations({{&o, back.bytes(o_back), "O"}, {&lse, back.bytes(lse_back), "LSE"}}, violations);
+    else detail::guard_violations({{&o, back.bytes(o_back), "O"}}, violations);
     result.outputs = make_outputs(p);
     result.outputs.has_lse = with_lse;
-    o.download(result.outputs.o.data(), site);
-    if (with_lse) lse.download(result.outputs.lse.data(), site);
+    o.copy_body(back.bytes(o_back), result.outputs.o.data());
+    if (with_lse) lse.copy_body(back.bytes(lse_back), result.outputs.lse.data());
 
     // Unwritten: a valid element still holding the poison's exact bits.
     std::int64_t unwritten = 0;
@@ -281,13 +281,13 @@ RunResult GpuSubject::run(const Problem& p, const Inputs& in) {
                                        unwritten, first_unwritten));
 
     // Inputs must come back bit-identical.
-    detail::input_violations({{in.q.data(), in.q.bytes(), &device.q, "Q"},
-                              {in.k.data(), in.k.bytes(), &device.k, "K"},
-                              {in.v.data(), in.v.bytes(), &device.v, "V"},
+    detail::input_violations({{in.q.data(), in.q.bytes(), back.bytes(q_back), "Q"},
+                              {in.k.data(), in.k.bytes(), back.bytes(k_back), "K"},
+                              {in.v.data(), in.v.bytes(), back.bytes(v_back), "V"},
                               {in.pages.entries.data(),
                                static_cast<std::int64_t>(in.pages.entries.size() * sizeof(std::int32_t)),
-                               &device.page_table, "the page table"}},
-                             "kernel", site, violations);
+                               back.bytes(pages_back), "the page table"}},
+                             "kernel", violations);
     if (!violations.empty()) {
       result.status = Status::error;
       result.message = detail::join_violations(violations);
@@ -314,8 +314,9 @@ std::optional<Timing> GpuSubject::time(const Problem& p, const Inputs& in, int w
   std::vector<DeviceBuffer> outputs, lses;
   for (std::size_t s = 0; s < count; ++s) {
     upload(p, in, stream.get(), site, sets[s]);
-    outputs.emplace_back(static_cast<std::size_t>(p.o_elements() * storage_bytes(output_dtype(p.dtype))), site);
-    lses.emplace_back(static_cast<std::size_t>(p.lse_elements() * 4), site);
+    outputs.emplace_back(static_cast<std::size_t>(p.o_elements() * storage_bytes(output_dtype(p.dtype))), stream.get(),
+                         site);
+    lses.emplace_back(static_cast<std::size_t>(p.lse_elements() * 4), stream.get(), site);
   }
   return detail::time_launches(
       [&](int n) {

@@ -27,8 +27,8 @@ void strides(Layout layout, std::int64_t heads, std::int64_t seqlen, std::int64_
 /// old a device), or nullopt.
 std::optional<std::string> device_refusal(const Capabilities& caps);
 
-/// A copy of `bytes` host bytes on the device, enqueued on `stream` (the host
-/// copy must live until the stream is synchronised).
+/// A copy of `bytes` host bytes on the device, stream-ordered on `stream` and
+/// enqueued there (the host copy must live until the stream is synchronised).
 DeviceBuffer upload(const void* host, std::int64_t bytes, cudaStream_t stream, const CallSite& site, const char* what);
 
 /// A padded problem's per-sequence lengths on the device (empty buffers for
@@ -47,22 +47,26 @@ void fill_geometry(const Problem& p, AttentionArgs& args);
 /// Whether element `at` of a tensor downloaded from a GuardedBuffer still holds the poison's exact bits.
 bool still_poisoned(const HostTensor& tensor, std::int64_t at);
 
+/// An output's guard bands as they came back: the buffer, the host copy of its whole storage (GuardedBuffer::add_to).
+struct ReturnedOutput {
+  const GuardedBuffer* buffer;
+  const unsigned char* storage;
+  const char* label;
+};
 /// One violation per output whose guard bands were written: "out-of-bounds
 /// write: N element(s) of O's guard bands written, the first at element ...".
-void guard_violations(std::initializer_list<std::pair<const GuardedBuffer*, const char*>> outputs,
-                      const CallSite& site, std::vector<std::string>& violations);
+void guard_violations(std::initializer_list<ReturnedOutput> outputs, std::vector<std::string>& violations);
 
-/// A handed input: its host bytes and the device copy the launch received.
+/// A handed input: its host bytes, and the device copy the launch received as it came back after the launch.
 struct HandedInput {
   const void* host;
   std::int64_t bytes;
-  const DeviceBuffer* device;
+  const unsigned char* after;
   const char* label;
 };
 /// One violation per input whose device copy no longer equals the host
 /// bytes ("input modification: the `who` wrote to K").
-void input_violations(std::initializer_list<HandedInput> inputs, const char* who, const CallSite& site,
-                      std::vector<std::string>& violations);
+void input_violations(std::initializer_list<HandedInput> inputs, const char* who, std::vector<std::string>& violations);
 
 /// The violations joined with "; " (empty when there are none).
 std::string join_violations(const std::vector<std::string>& violations);

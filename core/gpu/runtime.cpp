@@ -95,8 +95,87 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes, const CallSite& site) : bytes_(byt
   if (bytes > 0) check(cudaMalloc(&pointer_, bytes), "cudaMalloc", site);
 }
 
+namespace {
+
+// The device's default pool keeps what a stream-ordered free returns (its
+// release threshold is 0 otherwise: every synchronisation would hand the
+// memory back, and the next case would map it again). Once per process.
+void keep_pool_memory(const CallSite& site) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    int device = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice", site);
+    cudaMemPool_t pool = nullptr;
+    check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool", site);
+    std::uint64_t keep_all = UINT64_MAX;
+    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all),
+          "cudaMemPoolSetAttribute (release threshold)", site);
+  });
+}
+
+// This thread's pinned staging buffer for Downloads: grown as needed, kept.
+struct PinnedStaging {
+  unsigned char* data = nullptr;
+  std::size_t capacity = 0;
+  bool in_use = false;
+  ~PinnedStaging() {
+    if (data && !poisoned) cudaFreeHost(data);
+  }
+};
+thread_local PinnedStaging staging;
+
+}  // namespace
+
+DeviceBuffer::DeviceBuffer(std::size_t bytes, cudaStream_t stream, const CallSite& site)
+    : bytes_(bytes), stream_(stream) {
+  if (bytes == 0) return;
+  keep_pool_memory(site);
+  check(cudaMallocAsync(&pointer_, bytes, stream), "cudaMallocAsync", site);
+}
+
 DeviceBuffer::~DeviceBuffer() {
-  if (pointer_ && !poisoned) cudaFree(pointer_);
+  if (!pointer_ || poisoned) return;
+  if (stream_) cudaFreeAsync(pointer_, stream_);
+  else cudaFree(pointer_);
+}
+
+Downloads::~Downloads() {
+  if (holds_staging_) staging.in_use = false;
+}
+
+std::size_t Downloads::add(const void* device, std::size_t bytes) {
+  copies_.emplace_back(device, bytes);
+  return copies_.size() - 1;
+}
+
+void Downloads::wait(const char* what) {
+  std::size_t total = 0;
+  offsets_.clear();
+  for (const auto& [source, bytes] : copies_) {
+    offsets_.push_back(total);
+    total += (bytes + 255) / 256 * 256;  // each copy 256-byte aligned
+  }
+  if (total <= kPinnedLimit && !staging.in_use) {
+    if (staging.capacity < total) {
+      if (staging.data) check(cudaFreeHost(staging.data), "cudaFreeHost (staging)", site_);
+      staging.data = nullptr;
+      staging.capacity = 0;
+      const std::size_t capacity = std::max<std::size_t>(total, std::size_t{1} << 20);
+      check(cudaHostAlloc(reinterpret_cast<void**>(&staging.data), capacity, cudaHostAllocDefault),
+            "cudaHostAlloc (staging)", site_);
+      staging.capacity = capacity;
+    }
+    staging.in_use = holds_staging_ = true;
+    base_ = staging.data;
+  } else {
+    pageable_.resize(total);
+    base_ = pageable_.data();
+  }
+  for (std::size_t n = 0; n < copies_.size(); ++n)
+    if (copies_[n].second > 0)
+      check(cudaMemcpyAsync(base_ + offsets_[n], copies_[n].first, copies_[n].second, cudaMemcpyDeviceToHost, stream_),
+            "cudaMemcpyAsync (download)", site_);
+  check(cudaStreamSynchronize(stream_), what, site_);
 }
 
 Stream::Stream(const CallSite& site) { check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate", site); }
@@ -111,8 +190,8 @@ Event::~Event() {
   if (event_ && !poisoned) cudaEventDestroy(event_);
 }
 
-GuardedBuffer::GuardedBuffer(std::int64_t count, int element_bytes, const CallSite& site)
-    : storage_(static_cast<std::size_t>((count + 2 * kGuardElements) * element_bytes), site),
+GuardedBuffer::GuardedBuffer(std::int64_t count, int element_bytes, cudaStream_t stream, const CallSite& site)
+    : storage_(static_cast<std::size_t>((count + 2 * kGuardElements) * element_bytes), stream, site),
       count_(count),
       element_bytes_(element_bytes) {}
 
@@ -122,24 +201,21 @@ void GuardedBuffer::poison(cudaStream_t stream, const CallSite& site) {
   check_launch("flashcheck::gpu::fill_words", site);
 }
 
-std::int64_t GuardedBuffer::touched_guard_elements(const CallSite& site, std::int64_t* first) const {
+std::int64_t GuardedBuffer::touched_guard_elements(const unsigned char* storage, std::int64_t* first) const {
   std::int64_t touched = 0;
   *first = 0;
-  const std::size_t band_bytes = static_cast<std::size_t>(kGuardElements * element_bytes_);
-  std::vector<unsigned char> band(band_bytes);
   for (int side = 0; side < 2; ++side) {
-    const char* source = static_cast<const char*>(storage_.get()) +
-                         (side == 0 ? 0 : static_cast<std::size_t>((kGuardElements + count_) * element_bytes_));
-    check(cudaMemcpy(band.data(), source, band_bytes, cudaMemcpyDeviceToHost), "cudaMemcpy (guard band)", site);
+    const unsigned char* band =
+        storage + (side == 0 ? 0 : static_cast<std::size_t>((kGuardElements + count_) * element_bytes_));
     for (std::int64_t i = 0; i < kGuardElements; ++i) {
       bool intact;
       if (element_bytes_ == 4) {
         std::uint32_t word;
-        std::memcpy(&word, band.data() + i * 4, 4);
+        std::memcpy(&word, band + i * 4, 4);
         intact = word == kPoison32;
       } else {
         std::uint16_t word;
-        std::memcpy(&word, band.data() + i * 2, 2);
+        std::memcpy(&word, band + i * 2, 2);
         intact = word == kPoison16;
       }
       if (intact) continue;
@@ -150,9 +226,9 @@ std::int64_t GuardedBuffer::touched_guard_elements(const CallSite& site, std::in
   return touched;
 }
 
-void GuardedBuffer::download(void* host, const CallSite& site) const {
-  check(cudaMemcpy(host, data(), static_cast<std::size_t>(count_ * element_bytes_), cudaMemcpyDeviceToHost),
-        "cudaMemcpy (output)", site);
+void GuardedBuffer::copy_body(const unsigned char* storage, void* host) const {
+  if (count_ > 0)
+    std::memcpy(host, storage + kGuardElements * element_bytes_, static_cast<std::size_t>(count_ * element_bytes_));
 }
 
 }  // namespace flashcheck::gpu

@@ -223,7 +223,9 @@ class CublasUnfused final : public gpu::GpuSubject {
     std::int64_t scores_elements = 0;
     for (std::int64_t b = 0; b < problem.batch; ++b)
       scores_elements = std::max(scores_elements, args.heads_kv * problem.len_q(b) * scores_ld(problem.len_kv(b)));
-    const gpu::DeviceBuffer scores_buffer(static_cast<std::size_t>(scores_elements) * sizeof(float), site);
+    // Stream-ordered: freed on args.stream behind the products that read it.
+    const gpu::DeviceBuffer scores_buffer(static_cast<std::size_t>(scores_elements) * sizeof(float), args.stream,
+                                          site);
     auto* scores = static_cast<float*>(scores_buffer.get());
 
     const float zero = 0.0f, one = 1.0f, scale = args.scale;
@@ -268,8 +270,6 @@ class CublasUnfused final : public gpu::GpuSubject {
                      "cublasSgemmStridedBatched (O = P V)", site);
       }
     }
-    // The scores buffer is freed on return: let the work that reads it finish.
-    gpu::check(cudaStreamSynchronize(args.stream), "cudaStreamSynchronize (before freeing the scores)", site);
   }
 
   mutable std::mutex mutex_;

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace flashcheck::gpu {
 
@@ -55,16 +56,24 @@ bool device_available(std::string* why = nullptr);
 /// Compute capability of the current device (major*10 + minor), 0 without one.
 int device_compute_capability();
 
-/// A device allocation of `bytes` bytes, freed on destruction.
+/// A device allocation of `bytes` bytes, freed on destruction. Given a stream,
+/// it is stream-ordered: cudaMallocAsync and cudaFreeAsync on that stream, from
+/// the device's default pool, which this process sets to keep freed memory for
+/// the next allocation. A plain cudaFree waits for the whole device, and in a
+/// test tier that shares the GPU among many processes every such wait queues
+/// behind the others' work. The stream must outlive the buffer.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   DeviceBuffer(std::size_t bytes, const CallSite& site);
+  DeviceBuffer(std::size_t bytes, cudaStream_t stream, const CallSite& site);
   ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& other) noexcept : pointer_(std::exchange(other.pointer_, nullptr)), bytes_(other.bytes_) {}
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : pointer_(std::exchange(other.pointer_, nullptr)), bytes_(other.bytes_), stream_(other.stream_) {}
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
     std::swap(pointer_, other.pointer_);
     std::swap(bytes_, other.bytes_);
+    std::swap(stream_, other.stream_);
     return *this;
   }
   DeviceBuffer(const DeviceBuffer&) = delete;
@@ -75,6 +84,37 @@ class DeviceBuffer {
  private:
   void* pointer_ = nullptr;
   std::size_t bytes_ = 0;
+  cudaStream_t stream_ = nullptr;  // stream-ordered when set
+};
+
+/// Device-to-host copies enqueued on one stream and waited for together, so
+/// that a case's outputs, guard bands and inputs come back with one
+/// synchronisation instead of one per copy. The copies land in pinned host
+/// memory (this thread's staging buffer, grown as needed and kept); past
+/// kPinnedLimit bytes in all, or while another Downloads of this thread holds
+/// the staging buffer, in pageable memory (each copy then waits for itself).
+class Downloads {
+ public:
+  static constexpr std::size_t kPinnedLimit = std::size_t{256} << 20;
+  Downloads(cudaStream_t stream, const CallSite& site) : stream_(stream), site_(site) {}
+  ~Downloads();
+  Downloads(const Downloads&) = delete;
+  Downloads& operator=(const Downloads&) = delete;
+  /// Schedules a copy of `bytes` bytes from `device`; returns its index.
+  std::size_t add(const void* device, std::size_t bytes);
+  /// Enqueues every copy, then synchronises the stream (once). `what` names the wait in an error.
+  void wait(const char* what);
+  /// Copy `index`'s bytes, valid after wait() until this object dies.
+  const unsigned char* bytes(std::size_t index) const { return base_ + offsets_[index]; }
+
+ private:
+  cudaStream_t stream_;
+  const CallSite& site_;
+  std::vector<std::pair<const void*, std::size_t>> copies_;
+  std::vector<std::size_t> offsets_;
+  unsigned char* base_ = nullptr;
+  bool holds_staging_ = false;
+  std::vector<unsigned char> pageable_;
 };
 
 /// A stream, destroyed on destruction.
@@ -110,22 +150,27 @@ void fill_words(void* data, std::int64_t count, int word_bytes, std::uint32_t pa
 inline constexpr std::int64_t kGuardElements = 1024;
 
 /// A device buffer of `count` elements of `element_bytes` (2 or 4) with guard
-/// bands of kGuardElements on both sides. The bands and (by poison()) the body
-/// hold a NaN bit pattern whose payload no arithmetic produces, so a touched
-/// band is an out-of-bounds write and a body element still holding it was
-/// never written.
+/// bands of kGuardElements on both sides, stream-ordered on `stream`. The bands
+/// and (by poison()) the body hold a NaN bit pattern whose payload no
+/// arithmetic produces, so a touched band is an out-of-bounds write and a body
+/// element still holding it was never written. After a launch, the whole
+/// storage (bands and body) comes back in one copy (add_to), and the checks
+/// read that copy.
 class GuardedBuffer {
  public:
-  GuardedBuffer(std::int64_t count, int element_bytes, const CallSite& site);
+  GuardedBuffer(std::int64_t count, int element_bytes, cudaStream_t stream, const CallSite& site);
   void* data() const { return static_cast<char*>(storage_.get()) + kGuardElements * element_bytes_; }
   std::int64_t count() const { return count_; }
   /// Fills bands and body with the poison pattern.
   void poison(cudaStream_t stream, const CallSite& site);
-  /// Elements of the bands that no longer hold the pattern; the first such
-  /// offset relative to the body (negative: before it) in *first.
-  std::int64_t touched_guard_elements(const CallSite& site, std::int64_t* first) const;
-  /// Copies the body to the host.
-  void download(void* host, const CallSite& site) const;
+  /// Schedules the copy of the whole storage; returns its index in `downloads`.
+  std::size_t add_to(Downloads& downloads) const { return downloads.add(storage_.get(), storage_.bytes()); }
+  /// Elements of the bands (in `storage`, a host copy of the whole storage)
+  /// that no longer hold the pattern; the first such offset relative to the
+  /// body (negative: before it) in *first.
+  std::int64_t touched_guard_elements(const unsigned char* storage, std::int64_t* first) const;
+  /// Copies the body out of `storage` (a host copy of the whole storage) to `host`.
+  void copy_body(const unsigned char* storage, void* host) const;
 
   /// The poison patterns (quiet NaNs with a distinctive payload).
   static constexpr std::uint32_t kPoison32 = 0x7FC0DEADu;
