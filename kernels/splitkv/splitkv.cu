@@ -1,6 +1,33 @@
-// splitkv: flash-decoding. decode's block body on a slice of the keys per
-// block, then a combine kernel that merges the slices through their LSE.
+// splitkv: flash-decoding. Blocks over slices of the keys, then a combine
+// kernel that merges the slices through their LSE. This file's kernel is
+// version 4 (issue 24; docs/perf.md, "splitkv v4").
 //
+// v4 changed from v3: at d <= 128 the split block runs on tensor cores
+// (splitkv_mma_kernel.cuh): a block per (batch, K/V head, chunk of 16 rows,
+// split), the rows being the GQA group's heads at every query position, one
+// m16 tile of mma.sync.m16n8k16, so that up to 16 rows read the slice's K and
+// V once (v3: blocks of 4 rows each read it, 4 warps of CUDA-core dot
+// products at about 650 instructions per 4 KB of K/V). K and V go straight
+// from global memory to registers, 16 bytes a lane, a step ahead; each load is
+// read as two k16 steps' fragments (a dot product's columns may be summed in
+// any order, so Q's fragments take the same permutation), and V's fragments
+// are transposed in registers by movmatrix. Steps where the rows see
+// different keys (causal or window edges with several query positions) add P V
+// on the CUDA cores, row by row, so a masked key never meets a zero weight.
+// The split count is the same wave rule, up to one wave of the resident blocks
+// (was: at most 128), and the combine is a block per row whose warps take the
+// splits in parallel (v3: a warp walked every split of its row in turn).
+// d = 256 keeps v3's block (decode_block.cuh), with the new combine.
+//  Speed (v4): H100, 2026-11-27, `flashcheck bench -s decode,splitkv --problems
+//  .devrun/bench-decode24.problems` (cuDNN 9.14 in the same run; % of the
+//  measured 3029 GB/s read ceiling), bf16 d=128: B=64 Hq=32 Hkv=8 Sq=1
+//  Skv=8192 0.771 ms, 92% (cuDNN 98%); B=1 Hq=8 Hkv=1 Skv=131072 0.049 ms, 45%
+//  (v3: 0.099 ms, 23%; cuDNN 48%); Skv=262144 59%; B=1 Hq=32 Hkv=8 Skv=32768
+//  65%; B=8 Hq=32 Hkv=8 Sq=8 Skv=16384 causal_br 0.263 ms, 68% (v3 1.647 ms,
+//  11%; cuDNN 0.409 ms); B=4 Sq=4 causal_br 0.072 ms, 62% (v3 0.179; cuDNN
+//  0.118); paged B=16 page=16 92%.
+//
+// v3 and before, as d = 256 still runs:
 // Lineage: decode (kernels/decode/decode.cu). What changes: the keys of each
 // sequence are cut into `splits` equal slices and the grid runs over
 // (batch x K/V head x chunk of 4 query rows) x split, each block a 4-warp
@@ -58,7 +85,9 @@ struct Registration {
   Registration() {
     Registry::instance().add([] {
       return std::make_unique<SplitKvSubject<SplitKvFlaw::none>>(
-          "splitkv", "flash-decoding: decode's blocks over key slices, merged through their LSE (f16/bf16)");
+          "splitkv",
+          "flash-decoding: key slices merged through their LSE; a block per 16 rows of a K/V group on mma.sync "
+          "(d <= 128), decode's blocks at d = 256 (f16/bf16)");
     });
   }
 } registration;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 #include "flashcheck/core/gpu/gpu_subject.hpp"
@@ -25,9 +26,18 @@ inline constexpr int kSplitKvMaxSplits = 1024;
 inline constexpr Capabilities kSplitKvCapabilities = [] {
   Capabilities caps = kDecodeCapabilities;
   caps.split_kv = true;
-  caps.tile_kv = 32;  // keys per block step at d = 128 (4 warps x 8)
+  caps.tile_kv = 64;  // keys per block step at d <= 128 (4 warps x 16, splitkv_mma_kernel.cuh)
   return caps;
 }();
+
+/// Where the splits leave their results: for slot (split s, row n), n =
+/// (b * heads_q + h) * seqlen_q + i, O_s (f32, normalised) at o[(s * rows + n) * d]
+/// and LSE_s (natural log; -inf where the split saw no key) at lse[s * rows + n].
+struct SplitKvPartials {
+  float* o;
+  float* lse;
+  std::int64_t rows;
+};
 
 /// The partial results between the two kernels, a device buffer the subject
 /// keeps across calls: it grows when a call needs more and is never freed per

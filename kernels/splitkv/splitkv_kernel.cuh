@@ -10,23 +10,16 @@
 #include "decode/decode_block.cuh"
 #include "flashcheck/kernels/splitkv/split_rule.hpp"
 #include "splitkv/splitkv.cuh"
+#include "splitkv/splitkv_mma_kernel.cuh"
 
 namespace flashcheck::kernels {
 
 /// Warps of a split block: several blocks share an SM (each up to 168 registers).
 inline constexpr int kSplitKvWarps = 4;
 inline constexpr int kSplitKvBlocksPerSm = 3;
-/// Rows (warps) per combine block.
-inline constexpr int kCombineRows = 4;
+/// The most warps of a combine block (one row a block).
+inline constexpr int kCombineWarps = 16;
 
-/// Where the splits leave their results: for slot (split s, row n), n =
-/// (b * heads_q + h) * seqlen_q + i, O_s (f32, normalised) at o[(s * rows + n) * d]
-/// and LSE_s (natural log; -inf where the split saw no key) at lse[s * rows + n].
-struct SplitKvPartials {
-  float* o;
-  float* lse;
-  std::int64_t rows;
-};
 
 // Blocks: x = (batch x K/V head) x chunk of 4 rows, chunks fastest so that the
 // blocks reading one group's K/V run together; y = the split.
@@ -81,30 +74,44 @@ __global__ void __launch_bounds__(kSplitKvWarps * 32, kSplitKvBlocksPerSm)
   }
 }
 
-// A warp per (b, h, i) merges the splits: L = m + log sum_s exp(L_s - m) with
-// m = max_s L_s, O = sum_s exp(L_s - L) O_s, in split order (deterministic).
+// A block per (b, h, i) merges the splits: L = m + log sum_s exp(L_s - m) with
+// m = max_s L_s, O = sum_s exp(L_s - L) O_s. Warp w takes splits w, w + W, ...
+// (W warps, up to kCombineWarps), each lane d / 32 columns; the warps' sums
+// meet in shared memory in warp order, so the result does not depend on
+// timing (deterministic, no atomics). Until v4 a warp walked every split of
+// its row in turn: one L2 round trip a split, 109 of them at 131072 keys.
 template <typename Element, int kHeadDim, SplitKvFlaw kFlaw>
-__global__ void __launch_bounds__(kCombineRows * 32)
+__global__ void __launch_bounds__(kCombineWarps * 32)
     splitkv_combine_kernel(const gpu::AttentionArgs a, const SplitKvPartials partials, int splits) {
   constexpr int kColumns = kHeadDim / 32;  // per lane
-  const std::int64_t n = static_cast<std::int64_t>(blockIdx.x) * kCombineRows + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (n >= partials.rows) return;
+  __shared__ float shared_o[kCombineWarps][kHeadDim];
+  __shared__ float shared_value[kCombineWarps];
+  const std::int64_t n = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   const int i = n % a.seqlen_q, h = n / a.seqlen_q % a.heads_q;
   const int b = n / (static_cast<std::int64_t>(a.seqlen_q) * a.heads_q);
   const int lq = query_length(a, b), lk = key_length(a, b);
-  if (i >= lq) return;  // padding: no split wrote this row
+  if (i >= lq) return;  // padding: no split wrote this row (block-uniform)
   float* lse = partials.lse + n;
   const float* o = partials.o + n * kHeadDim + lane * kColumns;
   const std::int64_t o_split_stride = partials.rows * kHeadDim;
 
+  // The block's maximum of the L_s, and whether any is NaN.
   float top = -INFINITY;
   bool nan_slot = false;
-  for (int s = 0; s < splits; ++s) {
+  for (int s = threadIdx.x; s < splits; s += blockDim.x) {
     const float split_lse = lse[s * partials.rows];
     top = fmaxf(top, split_lse);
     nan_slot = nan_slot || isnan(split_lse);
   }
+  nan_slot = __syncthreads_or(nan_slot);
+  top = warp_max(top);
+  if (lane == 0) shared_value[warp] = top;
+  __syncthreads();
+  top = -INFINITY;
+  for (int w = 0; w < warps; ++w) top = fmaxf(top, shared_value[w]);
+  __syncthreads();
+
   float out[kColumns];
   float total_lse;
   if (nan_slot) {
@@ -121,16 +128,37 @@ __global__ void __launch_bounds__(kCombineRows * 32)
   } else {
     const float shift = kFlaw == SplitKvFlaw::unshifted_combine ? 0.0f : top;
     float sum = 0.0f;
-    for (int s = 0; s < splits; ++s) sum += __expf(lse[s * partials.rows] - shift);
+    for (int s = threadIdx.x; s < splits; s += blockDim.x) sum += __expf(lse[s * partials.rows] - shift);
+    sum = warp_sum(sum);
+    if (lane == 0) shared_value[warp] = sum;
+    __syncthreads();
+    sum = 0.0f;
+    for (int w = 0; w < warps; ++w) sum += shared_value[w];
     total_lse = shift + logf(sum);
-    for (float& x : out) x = 0.0f;
-    for (int s = 0; s < splits; ++s) {
+    float part[kColumns];
+    for (float& x : part) x = 0.0f;
+#pragma unroll 4
+    for (int s = warp; s < splits; s += warps) {  // unrolled: four splits' loads in flight
       // An empty split weighs exp(-inf) = 0 (its O_s is 0, or NaN where a V Inf met a 0 weight).
       const float weight = __expf(lse[s * partials.rows] - total_lse);
 #pragma unroll
-      for (int c = 0; c < kColumns; ++c) out[c] = fmaf(weight, o[s * o_split_stride + c], out[c]);
+      for (int c = 0; c < kColumns; ++c) part[c] = fmaf(weight, o[s * o_split_stride + c], part[c]);
+    }
+#pragma unroll
+    for (int c = 0; c < kColumns; ++c) shared_o[warp][lane * kColumns + c] = part[c];
+    __syncthreads();
+#pragma unroll
+    for (int c = 0; c < kColumns; ++c) {
+      out[c] = 0.0f;
+      for (int w = 0; w < warps; ++w) out[c] += shared_o[w][lane * kColumns + c];
     }
   }
+  // Each slot is read once per call: poisoning its LSE (NaN) after the last
+  // read makes a split that fails to write its slot next time give NaN rows
+  // instead of silently merging this call's value.
+  __syncthreads();
+  for (int s = threadIdx.x; s < splits; s += blockDim.x) lse[s * partials.rows] = quiet_nan();
+  if (warp != 0) return;
   Element* to = static_cast<Element*>(a.o) + b * a.o_batch_stride + h * a.o_head_stride + i * a.o_seq_stride +
                 lane * kColumns;
 #pragma unroll
@@ -139,11 +167,59 @@ __global__ void __launch_bounds__(kCombineRows * 32)
     else to[c] = __float2bfloat16_rn(out[c]);
   }
   if (a.lse && lane == 0) a.lse[n] = total_lse;
-  // Each slot is read once per call: poisoning its LSE (NaN) after the last
-  // read makes a split that fails to write its slot next time give NaN rows
-  // instead of silently merging this call's value.
-  __syncwarp();
-  for (int s = lane; s < splits; s += 32) lse[s * partials.rows] = quiet_nan();
+}
+
+/// Reserves the workspace for `splits` and enqueues the combine (after the split kernel).
+template <typename Element, int kHeadDim, SplitKvFlaw kFlaw>
+SplitKvPartials splitkv_partials(const gpu::AttentionArgs& a, int splits, SplitKvWorkspace& workspace,
+                                 const gpu::CallSite& site) {
+  const std::int64_t rows = static_cast<std::int64_t>(a.batch) * a.heads_q * a.seqlen_q;
+  const std::int64_t slots_total = rows * splits;
+  float* base = static_cast<float*>(workspace.reserve(
+      static_cast<std::size_t>(slots_total * (kHeadDim + 1)) * sizeof(float), a.stream, site));
+  return SplitKvPartials{base, base + slots_total * kHeadDim, rows};
+}
+
+template <typename Element, int kHeadDim, SplitKvFlaw kFlaw>
+void launch_splitkv_combine(const gpu::AttentionArgs& a, const SplitKvPartials& partials, int splits,
+                            const gpu::CallSite& site) {
+  const int warps = std::clamp(splits, 1, kCombineWarps);
+  splitkv_combine_kernel<Element, kHeadDim, kFlaw>
+      <<<static_cast<unsigned>(partials.rows), warps * 32, 0, a.stream>>>(a, partials, splits);
+  gpu::check_launch("splitkv_combine_kernel", site);
+}
+
+/// Resident blocks of `kernel` (threads a block) on the device.
+template <typename Kernel>
+int resident_blocks(Kernel kernel, int threads, const gpu::CallSite& site) {
+  int device = 0, sms = 0, per_sm = 0;
+  gpu::check(cudaGetDevice(&device), "cudaGetDevice", site);
+  gpu::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute", site);
+  gpu::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0),
+             "cudaOccupancyMaxActiveBlocksPerMultiprocessor", site);
+  return std::max(1, sms * per_sm);
+}
+
+// The tensor-core path (splitkv_mma_kernel.cuh): a block per (batch, K/V
+// head, chunk of 16 rows, split); the split count by the same wave rule, up to
+// one wave of the resident blocks (its combine takes the splits in parallel).
+template <typename Element, int kHeadDim, SplitKvFlaw kFlaw, KeyReading kReading>
+void launch_splitkv_mma_for(const gpu::AttentionArgs& a, int requested_splits, SplitKvWorkspace& workspace,
+                            const gpu::CallSite& site) {
+  const int chunks = (a.heads_q / a.heads_kv * a.seqlen_q + kSplitKvMmaRows - 1) / kSplitKvMmaRows;
+  const std::int64_t blocks_per_split = static_cast<std::int64_t>(chunks) * a.batch * a.heads_kv;
+  if (blocks_per_split == 0) return;  // no query rows
+  static const int slots =
+      resident_blocks(splitkv_mma_kernel<Element, kHeadDim, kFlaw, kReading>, kSplitKvMmaWarps * 32, site);
+  const int splits = requested_splits > 0
+                         ? requested_splits
+                         : splitkv_split_count(blocks_per_split, a.seqlen_kv, slots, std::min(slots, kSplitKvMaxSplits));
+  const SplitKvPartials partials = splitkv_partials<Element, kHeadDim, kFlaw>(a, splits, workspace, site);
+  splitkv_mma_kernel<Element, kHeadDim, kFlaw, kReading>
+      <<<dim3(static_cast<unsigned>(blocks_per_split), splits), kSplitKvMmaWarps * 32, 0, a.stream>>>(a, partials,
+                                                                                                     chunks);
+  gpu::check_launch("splitkv_mma_kernel", site);
+  launch_splitkv_combine<Element, kHeadDim, kFlaw>(a, partials, splits, site);
 }
 
 template <typename Element, int kHeadDim, SplitKvFlaw kFlaw, KeyReading kReading>
@@ -153,33 +229,26 @@ void launch_splitkv_for(const gpu::AttentionArgs& a, int requested_splits, Split
   const std::int64_t blocks_per_split = static_cast<std::int64_t>(chunks) * a.batch * a.heads_kv;
   if (blocks_per_split == 0) return;  // no query rows
   // Resident split blocks on the device (once per instantiation).
-  static const int slots = [&] {
-    int device = 0, sms = 0, per_sm = 0;
-    gpu::check(cudaGetDevice(&device), "cudaGetDevice", site);
-    gpu::check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute", site);
-    gpu::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, splitkv_kernel<Element, kHeadDim, kFlaw, kReading>,
-                                                             kSplitKvWarps * 32, 0),
-               "cudaOccupancyMaxActiveBlocksPerMultiprocessor", site);
-    return std::max(1, sms * per_sm);
-  }();
+  static const int slots =
+      resident_blocks(splitkv_kernel<Element, kHeadDim, kFlaw, kReading>, kSplitKvWarps * 32, site);
   const int splits = requested_splits > 0 ? requested_splits : splitkv_split_count(blocks_per_split, a.seqlen_kv, slots);
-  const std::int64_t rows = static_cast<std::int64_t>(a.batch) * a.heads_q * a.seqlen_q;
-  const std::int64_t slots_total = rows * splits;
-  float* base = static_cast<float*>(workspace.reserve(
-      static_cast<std::size_t>(slots_total * (kHeadDim + 1)) * sizeof(float), a.stream, site));
-  const SplitKvPartials partials{base, base + slots_total * kHeadDim, rows};
+  const SplitKvPartials partials = splitkv_partials<Element, kHeadDim, kFlaw>(a, splits, workspace, site);
   splitkv_kernel<Element, kHeadDim, kFlaw, kReading>
       <<<dim3(static_cast<unsigned>(blocks_per_split), splits), kSplitKvWarps * 32, 0, a.stream>>>(a, partials, chunks);
   gpu::check_launch("splitkv_kernel", site);
-  splitkv_combine_kernel<Element, kHeadDim, kFlaw>
-      <<<static_cast<unsigned>((rows + kCombineRows - 1) / kCombineRows), kCombineRows * 32, 0, a.stream>>>(a, partials,
-                                                                                                           splits);
-  gpu::check_launch("splitkv_combine_kernel", site);
+  launch_splitkv_combine<Element, kHeadDim, kFlaw>(a, partials, splits, site);
 }
 
 template <SplitKvFlaw kFlaw>
 void launch_splitkv(const gpu::AttentionArgs& a, int splits, SplitKvWorkspace& workspace, const gpu::CallSite& site) {
   dispatch_decode(a, [&]<typename Element, int kHeadDim>() {
+    if constexpr (kHeadDim <= 128) {
+      if (splitkv_mma_fits(a)) {
+        if (a.page_table) launch_splitkv_mma_for<Element, kHeadDim, kFlaw, KeyReading::paged>(a, splits, workspace, site);
+        else launch_splitkv_mma_for<Element, kHeadDim, kFlaw, KeyReading::contiguous>(a, splits, workspace, site);
+        return;
+      }
+    }
     if (a.page_table) launch_splitkv_for<Element, kHeadDim, kFlaw, KeyReading::paged>(a, splits, workspace, site);
     else launch_splitkv_for<Element, kHeadDim, kFlaw, KeyReading::contiguous>(a, splits, workspace, site);
   });

@@ -22,10 +22,13 @@ inline constexpr int kSplitKvMinKeys = 256;
 inline constexpr int kSplitKvRuleMostSplits = 128;
 
 /// Splits for a grid of `blocks_per_split` blocks per split, `seqlen_kv` keys
-/// and `slots` resident blocks on the device.
-inline int splitkv_split_count(std::int64_t blocks_per_split, int seqlen_kv, int slots) {
+/// and `slots` resident blocks on the device, at most `most_splits`
+/// (splitkv's tensor-core path, whose combine reads the splits in parallel,
+/// allows one wave of the slots).
+inline int splitkv_split_count(std::int64_t blocks_per_split, int seqlen_kv, int slots,
+                               int most_splits = kSplitKvRuleMostSplits) {
   if (blocks_per_split >= 0.8 * slots) return 1;
-  const int most = std::clamp(seqlen_kv / kSplitKvMinKeys, 1, kSplitKvRuleMostSplits);
+  const int most = std::clamp(seqlen_kv / kSplitKvMinKeys, 1, std::max(1, most_splits));
   const auto efficiency = [&](int splits) {
     const double waves = static_cast<double>(blocks_per_split) * splits / slots;
     return waves / std::ceil(waves);
