@@ -102,6 +102,41 @@ __device__ __forceinline__ KeyPlace paged_place(const gpu::AttentionArgs& a, int
   return {__ldg(a.page_table + entry), slot};
 }
 
+/// A warp's walk over paged K/V in steps of `stride` keys: the page n of a
+/// step's first key and that key's place in it, carried from step to step so
+/// that no load divides by the page size (v2 of the paged decode divided each
+/// load's key index: ncu put the paged splitkv on the short causal shape 18%
+/// over the contiguous one). A step's keys (at most 16) span at most two pages
+/// of 16 keys or more (kDecodeCapabilities' min_page_size): page n and the next.
+template <KeyReading kReading>
+struct PageWalk {
+  int page_n = 0, page_first = 0, stride_pages = 0, stride_rest = 0;
+
+  __device__ __forceinline__ PageWalk(const gpu::AttentionArgs& a, int first_key, int stride) {
+    if constexpr (kReading != KeyReading::contiguous) {
+      page_n = first_key / a.page_size;
+      page_first = first_key - page_n * a.page_size;
+      stride_pages = stride / a.page_size;
+      stride_rest = stride - stride_pages * a.page_size;
+    }
+  }
+  /// Key `offset` (below 16) of the current step of sequence b.
+  __device__ __forceinline__ KeyPlace place(const gpu::AttentionArgs& a, int b, int offset) const {
+    const int at = page_first + offset;
+    const bool next = at >= a.page_size;
+    return paged_place<kReading>(a, b, page_n + next, next ? at - a.page_size : at);
+  }
+  /// On to the next step.
+  __device__ __forceinline__ void advance(const gpu::AttentionArgs& a) {
+    page_n += stride_pages;
+    page_first += stride_rest;
+    if (page_first >= a.page_size) {
+      page_first -= a.page_size;
+      ++page_n;
+    }
+  }
+};
+
 /// One query row of a block: its head, position and the keys it sees.
 struct DecodeRow {
   int head, position;
@@ -203,43 +238,23 @@ __device__ __forceinline__ void decode_pass(const gpu::AttentionArgs& a, int b, 
   const Element* v = static_cast<const Element*>(a.v) + hk * a.v_head_stride + column;
   // Where this lane's loads of a step live, found a step ahead (the file's header).
   constexpr int kStride = kWarps * Lanes::kTileKeys;
-  // Paged: the step's first key's page n and its place in it (first) are
-  // carried from step to step, so that no load divides by the page size (v2
-  // divided each load's key index: ncu put the paged splitkv on the short
-  // causal shape 18% over the contiguous one). A step's kTileKeys (at most
-  // 16) consecutive keys span at most two pages, as pages hold 16 keys or
-  // more (kDecodeCapabilities' min_page_size): page n and the next.
   static_assert(Lanes::kTileKeys <= 16, "a step within two pages");
   const int first_tile = rows.first_key + warp * Lanes::kTileKeys;
-  int page_n = 0, page_first = 0, stride_pages = 0, stride_rest = 0;
-  if constexpr (kReading != KeyReading::contiguous) {
-    page_n = first_tile / a.page_size;
-    page_first = first_tile - page_n * a.page_size;
-    stride_pages = kStride / a.page_size;
-    stride_rest = kStride - stride_pages * a.page_size;
-  }
+  PageWalk<kReading> walk(a, first_tile, kStride);
   KeyPlace place[kDecodeLoads];
   // The places of step `tile`'s loads: called once a step, in order (the
-  // paged state then moves on to the next step's).
+  // paged walk then moves on to the next step's).
   const auto find_places = [&](int tile) {
     if constexpr (kReading == KeyReading::contiguous) {
 #pragma unroll
       for (int u = 0; u < kDecodeLoads; ++u) place[u] = {b, tile + u * Lanes::kKeysPerLoad + slot};
     } else {
 #pragma unroll
-      for (int u = 0; u < kDecodeLoads; ++u) {
-        const int at = page_first + u * Lanes::kKeysPerLoad + slot;
-        const bool next = at >= a.page_size;
+      for (int u = 0; u < kDecodeLoads; ++u)
         place[u] = tile + u * Lanes::kKeysPerLoad + slot <= rows.last_key
-                       ? paged_place<kReading>(a, b, page_n + next, next ? at - a.page_size : at)
+                       ? walk.place(a, b, u * Lanes::kKeysPerLoad + slot)
                        : KeyPlace{0, 0};
-      }
-      page_n += stride_pages;
-      page_first += stride_rest;
-      if (page_first >= a.page_size) {
-        page_first -= a.page_size;
-        ++page_n;
-      }
+      walk.advance(a);
     }
   };
   find_places(first_tile);

@@ -200,55 +200,46 @@ int resident_blocks(Kernel kernel, int threads, const gpu::CallSite& site) {
   return std::max(1, sms * per_sm);
 }
 
-// The tensor-core path (splitkv_mma_kernel.cuh): a block per (batch, K/V
-// head, chunk of 16 rows, split); the split count by the same wave rule, up to
-// one wave of the resident blocks (its combine takes the splits in parallel).
-template <typename Element, int kHeadDim, SplitKvFlaw kFlaw, KeyReading kReading>
-void launch_splitkv_mma_for(const gpu::AttentionArgs& a, int requested_splits, SplitKvWorkspace& workspace,
-                            const gpu::CallSite& site) {
-  const int chunks = (a.heads_q / a.heads_kv * a.seqlen_q + kSplitKvMmaRows - 1) / kSplitKvMmaRows;
+// Enqueues a split kernel, kKernel(args, partials, chunks), over (batch x
+// K/V head x chunk of kRows rows) x split, kWarps warps a block, then the
+// combine. The split count is the wave rule over kKernel's resident blocks,
+// up to FlashAttention's 128 splits or (kOneWave) one wave of the slots.
+template <typename Element, int kHeadDim, SplitKvFlaw kFlaw, auto kKernel, int kRows, int kWarps, bool kOneWave>
+void launch_splits(const gpu::AttentionArgs& a, int requested_splits, SplitKvWorkspace& workspace,
+                   const gpu::CallSite& site) {
+  const int chunks = (a.heads_q / a.heads_kv * a.seqlen_q + kRows - 1) / kRows;
   const std::int64_t blocks_per_split = static_cast<std::int64_t>(chunks) * a.batch * a.heads_kv;
   if (blocks_per_split == 0) return;  // no query rows
-  static const int slots =
-      resident_blocks(splitkv_mma_kernel<Element, kHeadDim, kFlaw, kReading>, kSplitKvMmaWarps * 32, site);
-  const int splits = requested_splits > 0
-                         ? requested_splits
-                         : splitkv_split_count(blocks_per_split, a.seqlen_kv, slots, std::min(slots, kSplitKvMaxSplits));
+  static const int slots = resident_blocks(kKernel, kWarps * 32, site);  // once per kernel
+  const int most = kOneWave ? std::min(slots, kSplitKvMaxSplits) : kSplitKvRuleMostSplits;
+  const int splits =
+      requested_splits > 0 ? requested_splits : splitkv_split_count(blocks_per_split, a.seqlen_kv, slots, most);
   const SplitKvPartials partials = splitkv_partials<Element, kHeadDim, kFlaw>(a, splits, workspace, site);
-  splitkv_mma_kernel<Element, kHeadDim, kFlaw, kReading>
-      <<<dim3(static_cast<unsigned>(blocks_per_split), splits), kSplitKvMmaWarps * 32, 0, a.stream>>>(a, partials,
-                                                                                                     chunks);
-  gpu::check_launch("splitkv_mma_kernel", site);
+  kKernel<<<dim3(static_cast<unsigned>(blocks_per_split), splits), kWarps * 32, 0, a.stream>>>(a, partials, chunks);
+  gpu::check_launch("splitkv's split kernel", site);
   launch_splitkv_combine<Element, kHeadDim, kFlaw>(a, partials, splits, site);
 }
 
+// The tensor-core block (splitkv_mma_kernel.cuh: 16 rows a block, its combine
+// taking the splits in parallel, so up to one wave of splits) where it fits,
+// decode's CUDA-core block (4 rows) at d = 256.
 template <typename Element, int kHeadDim, SplitKvFlaw kFlaw, KeyReading kReading>
-void launch_splitkv_for(const gpu::AttentionArgs& a, int requested_splits, SplitKvWorkspace& workspace,
+void launch_splitkv_for(const gpu::AttentionArgs& a, int splits, SplitKvWorkspace& workspace,
                         const gpu::CallSite& site) {
-  const int chunks = (a.heads_q / a.heads_kv * a.seqlen_q + kDecodeRows - 1) / kDecodeRows;
-  const std::int64_t blocks_per_split = static_cast<std::int64_t>(chunks) * a.batch * a.heads_kv;
-  if (blocks_per_split == 0) return;  // no query rows
-  // Resident split blocks on the device (once per instantiation).
-  static const int slots =
-      resident_blocks(splitkv_kernel<Element, kHeadDim, kFlaw, kReading>, kSplitKvWarps * 32, site);
-  const int splits = requested_splits > 0 ? requested_splits : splitkv_split_count(blocks_per_split, a.seqlen_kv, slots);
-  const SplitKvPartials partials = splitkv_partials<Element, kHeadDim, kFlaw>(a, splits, workspace, site);
-  splitkv_kernel<Element, kHeadDim, kFlaw, kReading>
-      <<<dim3(static_cast<unsigned>(blocks_per_split), splits), kSplitKvWarps * 32, 0, a.stream>>>(a, partials, chunks);
-  gpu::check_launch("splitkv_kernel", site);
-  launch_splitkv_combine<Element, kHeadDim, kFlaw>(a, partials, splits, site);
+  if constexpr (kHeadDim <= 128) {
+    if (splitkv_mma_fits(a)) {
+      launch_splits<Element, kHeadDim, kFlaw, splitkv_mma_kernel<Element, kHeadDim, kFlaw, kReading>, kSplitKvMmaRows,
+                    kSplitKvMmaWarps, true>(a, splits, workspace, site);
+      return;
+    }
+  }
+  launch_splits<Element, kHeadDim, kFlaw, splitkv_kernel<Element, kHeadDim, kFlaw, kReading>, kDecodeRows,
+                kSplitKvWarps, false>(a, splits, workspace, site);
 }
 
 template <SplitKvFlaw kFlaw>
 void launch_splitkv(const gpu::AttentionArgs& a, int splits, SplitKvWorkspace& workspace, const gpu::CallSite& site) {
   dispatch_decode(a, [&]<typename Element, int kHeadDim>() {
-    if constexpr (kHeadDim <= 128) {
-      if (splitkv_mma_fits(a)) {
-        if (a.page_table) launch_splitkv_mma_for<Element, kHeadDim, kFlaw, KeyReading::paged>(a, splits, workspace, site);
-        else launch_splitkv_mma_for<Element, kHeadDim, kFlaw, KeyReading::contiguous>(a, splits, workspace, site);
-        return;
-      }
-    }
     if (a.page_table) launch_splitkv_for<Element, kHeadDim, kFlaw, KeyReading::paged>(a, splits, workspace, site);
     else launch_splitkv_for<Element, kHeadDim, kFlaw, KeyReading::contiguous>(a, splits, workspace, site);
   });

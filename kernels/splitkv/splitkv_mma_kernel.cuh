@@ -155,16 +155,7 @@ __global__ void __launch_bounds__(kSplitKvMmaWarps * 32, 2)
   const Element* v_base = static_cast<const Element*>(a.v) + hk * a.v_head_stride + 8 * t;
   constexpr int kStride = kSplitKvMmaWarps * kSplitKvMmaStepKeys;
   const int first_step = first + warp * kSplitKvMmaStepKeys;
-  // Paged: the step's first key's page and place in it, carried from step to
-  // step (decode_block.cuh's find_places): a step's 16 keys span at most two
-  // pages of 16 keys or more.
-  int page_n = 0, page_first = 0, stride_pages = 0, stride_rest = 0;
-  if constexpr (kReading != KeyReading::contiguous) {
-    page_n = first_step / a.page_size;
-    page_first = first_step - page_n * a.page_size;
-    stride_pages = kStride / a.page_size;
-    stride_rest = kStride - stride_pages * a.page_size;
-  }
+  PageWalk<kReading> walk(a, first_step, kStride);  // paged: a step's 16 keys within two pages
   // Issues the loads of step `step` (keys step + g and step + 8 + g, zero past
   // the range); called once a step, in order (the paged state moves on).
   const auto load_step = [&](int step, uint4 (&k_raw)[2][kSpans], uint4 (&v_raw)[2][kSpans]) {
@@ -172,11 +163,7 @@ __global__ void __launch_bounds__(kSplitKvMmaWarps * 32, 2)
     for (int half = 0; half < 2; ++half) {
       const int offset = g + 8 * half, j = step + offset;
       KeyPlace place{b, j};
-      if constexpr (kReading != KeyReading::contiguous) {
-        const int at = page_first + offset;
-        const bool next = at >= a.page_size;
-        place = j <= last ? paged_place<kReading>(a, b, page_n + next, next ? at - a.page_size : at) : KeyPlace{0, 0};
-      }
+      if constexpr (kReading != KeyReading::contiguous) place = j <= last ? walk.place(a, b, offset) : KeyPlace{0, 0};
       const Element* k_row = k_base + place.page * a.k_batch_stride + static_cast<std::int64_t>(place.slot) * a.k_seq_stride;
       const Element* v_row = v_base + place.page * a.v_batch_stride + static_cast<std::int64_t>(place.slot) * a.v_seq_stride;
 #pragma unroll
@@ -188,14 +175,7 @@ __global__ void __launch_bounds__(kSplitKvMmaWarps * 32, 2)
         }
       }
     }
-    if constexpr (kReading != KeyReading::contiguous) {
-      page_n += stride_pages;
-      page_first += stride_rest;
-      if (page_first >= a.page_size) {
-        page_first -= a.page_size;
-        ++page_n;
-      }
-    }
+    if constexpr (kReading != KeyReading::contiguous) walk.advance(a);
   };
 
   // Each step's loads are issued a step ahead, so that they fly while the
