@@ -1,6 +1,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -95,6 +96,9 @@ std::vector<Subject*> resolve_peers(const std::vector<std::string>& names, bool 
 }
 
 void print_subject_stats() {
+  // The table above went to stdout, which is block-buffered when redirected:
+  // flush it first, so that `2>&1` does not cut a stats line into a row.
+  std::fflush(stdout);
   for (Subject* subject : Registry::instance().subjects())
     if (const std::string line = subject->stats(); !line.empty()) fmt::print(stderr, "stats: {}\n", line);
 }
