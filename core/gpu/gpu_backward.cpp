@@ -145,8 +145,9 @@ BackwardResult GpuSubject::run_backward(const Problem& p, const BackwardInputs& 
     sweep(result.gradients.dk, "dK", false);
     sweep(result.gradients.dv, "dV", false);
     if (unwritten)
-      violations.push_back(fmt::format("unwritten output: {} element(s) of dQ, dK, dV still hold the poison, the first {}",
-                                       unwritten, first_unwritten));
+      violations.push_back(
+          fmt::format("unwritten output: {} element(s) of dQ, dK, dV still hold the poison, the first {}", unwritten,
+                      first_unwritten));
 
     // Inputs must come back bit-identical.
     const HostTensor &q = in.inputs.q, &k = in.inputs.k, &v = in.inputs.v, &o = in.forward.o, &dout = in.dout;

@@ -99,7 +99,8 @@ void guard_violations(std::initializer_list<ReturnedOutput> outputs, std::vector
   }
 }
 
-void input_violations(std::initializer_list<HandedInput> inputs, const char* who, std::vector<std::string>& violations) {
+void input_violations(std::initializer_list<HandedInput> inputs, const char* who,
+                      std::vector<std::string>& violations) {
   for (const HandedInput& input : inputs)
     if (input.bytes > 0 && std::memcmp(input.after, input.host, static_cast<std::size_t>(input.bytes)) != 0)
       violations.push_back(fmt::format("input modification: the {} wrote to {}", who, input.label));
@@ -244,7 +245,8 @@ RunResult GpuSubject::run(const Problem& p, const Inputs& in) {
     // them, come back behind the kernel: one synchronisation for the case.
     Downloads back(stream.get(), site);
     const std::size_t o_back = o.add_to(back), lse_back = lse.add_to(back);
-    const std::size_t q_back = back.add(device.q.get(), device.q.bytes()), k_back = back.add(device.k.get(), device.k.bytes()),
+    const std::size_t q_back = back.add(device.q.get(), device.q.bytes()),
+                      k_back = back.add(device.k.get(), device.k.bytes()),
                       v_back = back.add(device.v.get(), device.v.bytes()),
                       pages_back = back.add(device.page_table.get(), device.page_table.bytes());
     back.wait("cudaStreamSynchronize (after the kernel and its downloads)");
@@ -253,7 +255,8 @@ RunResult GpuSubject::run(const Problem& p, const Inputs& in) {
     result.time_ms = elapsed;
 
     std::vector<std::string> violations;
-    if (with_lse) detail::guard_violations({{&o, back.bytes(o_back), "O"}, {&lse, back.bytes(lse_back), "LSE"}}, violations);
+    if (with_lse)
+      detail::guard_violations({{&o, back.bytes(o_back), "O"}, {&lse, back.bytes(lse_back), "LSE"}}, violations);
     else detail::guard_violations({{&o, back.bytes(o_back), "O"}}, violations);
     result.outputs = make_outputs(p);
     result.outputs.has_lse = with_lse;

@@ -178,7 +178,9 @@ void Downloads::wait(const char* what) {
   check(cudaStreamSynchronize(stream_), what, site_);
 }
 
-Stream::Stream(const CallSite& site) { check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate", site); }
+Stream::Stream(const CallSite& site) {
+  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate", site);
+}
 
 Stream::~Stream() {
   if (stream_ && !poisoned) cudaStreamDestroy(stream_);

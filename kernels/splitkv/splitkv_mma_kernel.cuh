@@ -93,7 +93,8 @@ __global__ void __launch_bounds__(kSplitKvMmaWarps * 32, 2)
   const int rows_active = group * lq;  // rows [0, rows_active) are queries of this sequence
   const auto row_active = [&](int rho) { return rho < rows_active; };
   const auto slot_of = [&](int rho) {
-    return split * partials.rows + (static_cast<std::int64_t>(b) * a.heads_q + row_head(rho)) * a.seqlen_q + rho / group;
+    return split * partials.rows + (static_cast<std::int64_t>(b) * a.heads_q + row_head(rho)) * a.seqlen_q +
+           rho / group;
   };
   // Position i's keys within this split (empty when first > last).
   const int per_split = (lk + splits - 1) / splits;
@@ -164,8 +165,10 @@ __global__ void __launch_bounds__(kSplitKvMmaWarps * 32, 2)
       const int offset = g + 8 * half, j = step + offset;
       KeyPlace place{b, j};
       if constexpr (kReading != KeyReading::contiguous) place = j <= last ? walk.place(a, b, offset) : KeyPlace{0, 0};
-      const Element* k_row = k_base + place.page * a.k_batch_stride + static_cast<std::int64_t>(place.slot) * a.k_seq_stride;
-      const Element* v_row = v_base + place.page * a.v_batch_stride + static_cast<std::int64_t>(place.slot) * a.v_seq_stride;
+      const Element* k_row =
+          k_base + place.page * a.k_batch_stride + static_cast<std::int64_t>(place.slot) * a.k_seq_stride;
+      const Element* v_row =
+          v_base + place.page * a.v_batch_stride + static_cast<std::int64_t>(place.slot) * a.v_seq_stride;
 #pragma unroll
       for (int s = 0; s < kSpans; ++s) {
         k_raw[half][s] = v_raw[half][s] = uint4{0, 0, 0, 0};
@@ -286,7 +289,8 @@ __global__ void __launch_bounds__(kSplitKvMmaWarps * 32, 2)
             for (int r = 0; r < 2; ++r) {
               if (!seen[r]) continue;  // absent: a masked key's Inf must not meet a 0 weight
 #pragma unroll
-              for (int c = 0; c < 8; ++c) o[s][c / 2][2 * r + c % 2] = fmaf(weight[r], value[c], o[s][c / 2][2 * r + c % 2]);
+              for (int c = 0; c < 8; ++c)
+                o[s][c / 2][2 * r + c % 2] = fmaf(weight[r], value[c], o[s][c / 2][2 * r + c % 2]);
             }
           }
         }
@@ -311,7 +315,8 @@ __global__ void __launch_bounds__(kSplitKvMmaWarps * 32, 2)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float* to = &shared.o[warp][g + 8 * r][32 * s + 8 * t];
-      *reinterpret_cast<float4*>(to) = make_float4(o[s][0][2 * r], o[s][0][2 * r + 1], o[s][1][2 * r], o[s][1][2 * r + 1]);
+      *reinterpret_cast<float4*>(to) =
+          make_float4(o[s][0][2 * r], o[s][0][2 * r + 1], o[s][1][2 * r], o[s][1][2 * r + 1]);
       *reinterpret_cast<float4*>(to + 4) =
           make_float4(o[s][2][2 * r], o[s][2][2 * r + 1], o[s][3][2 * r], o[s][3][2 * r + 1]);
     }
