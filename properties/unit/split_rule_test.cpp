@@ -29,6 +29,20 @@ TEST(SplitRuleTest, OneLongSequenceGetsTheWaveRulesCount) {
   EXPECT_EQ(splitkv_split_count(8, 32768, kSlots), 43);
 }
 
+TEST(SplitRuleTest, TheTensorCorePathMaySplitUpToOneWave) {
+  // splitkv v4's tensor-core block: 2 resident a SM (264 slots), one block a
+  // split for b=1 hkv=1 (16 rows), the cap one wave of the slots: the best
+  // is 264 splits (a full wave), and the fewest within 85% of it is 225.
+  constexpr int kMmaSlots = 132 * 2;
+  EXPECT_EQ(splitkv_split_count(1, 131072, kMmaSlots, kMmaSlots), 225);
+  // The same shape under FlashAttention's cap of 128: 128 is the best (0.48 of
+  // a wave), and 109 the first within 85% of it.
+  EXPECT_EQ(splitkv_split_count(1, 131072, kMmaSlots), 109);
+  // The keys still bound it: 32768 keys allow at most 128 splits of 256, and
+  // 109 is again the first within 85% of 128.
+  EXPECT_EQ(splitkv_split_count(1, 32768, kMmaSlots, kMmaSlots), 109);
+}
+
 TEST(SplitRuleTest, EverySplitKeepsItsKeys) {
   EXPECT_EQ(splitkv_split_count(2, 300, kSlots), 1);    // under 2 x 256 keys: one split
   EXPECT_EQ(splitkv_split_count(2, 1024, kSlots), 4);   // at most 1024 / 256
