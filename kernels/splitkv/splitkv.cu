@@ -35,9 +35,10 @@
 // warp dot products and online softmax; kernels/decode/decode_block.cuh). A
 // block writes its rows' O_s = o / l (f32) and L_s = m + log(l) into a
 // workspace slot (O_s = 0, L_s = -inf when it sees no key: a block whose rows
-// see none of its keys exits early, after writing that); a warp per query row
-// then merges L = m + log sum_s exp(L_s - m) with m = max_s L_s and O = sum_s
-// exp(L_s - L) O_s, in split order (deterministic, no atomics).
+// see none of its keys exits early, after writing that); the combine (a warp
+// per query row until v4, a block per row since) merges L = m + log sum_s
+// exp(L_s - m) with m = max_s L_s and O = sum_s exp(L_s - L) O_s in a fixed
+// order (deterministic, no atomics).
 // Why: decode runs one block per (batch, K/V head, 4 rows), so it fills the
 // GPU only when there are >= ~132 of them; with few sequences or heads, or
 // long keys per head, splitting the keys gives every SM work. The split count
