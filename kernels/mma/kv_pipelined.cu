@@ -27,6 +27,18 @@
 // 55% / 34% / 48% of cuDNN. The issue's targets (350 / 300 / 290 / 300) are
 // not met; docs/perf.md has the measured gap and the reasons (ncu: 255
 // registers, 2 blocks = 8 warps per SM, 37% of issue slots busy).
+// Version 2 (2026-11-27), what changed: two barriers a key tile (three
+// before). V's copy is issued after the tile's first barrier instead of
+// before it: past that barrier every warp has finished the tile before's
+// P V, so the barrier that kept V's buffer until then is gone (the order
+// FlashAttention-2's forward uses). Measured on an H100 80GB HBM3 (flashcheck
+// bench, median of 10, version 1 built from the same tree in the same call,
+// two rounds; docs/perf.md "mma-kv-pipelined version 2"): bf16 B=4 H=16
+// N=M=4096 d=128 312.5-314.9 -> 315.0-315.3 TFLOP/s, causal_br 271.1-272.1 ->
+// 275.2-276.9, d=64 283.5-286.9 -> 295.1-295.4, d=256 253.5-253.9 ->
+// 255.7-258.4; B=2 N=M=8192 d=128 317.3-322.5 -> 323.9-324.0. torch's
+// FlashAttention-2 forward in the same runs: 344-346, 282-288, 277-286,
+// 319-325 and 357.
 #include "mma/kv_pipelined_kernel.cuh"
 
 namespace flashcheck::kernels::mma {

@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kThreads) kv_pipelined_kernel(const gpu::Atten
   constexpr int kTilesN = kBlockKv / 8, kTilesD = D / 8;
   constexpr std::uint32_t kKvTileBytes = kBlockKv * D * 2;
   constexpr bool kReadSwizzled = kFlaw != MmaFlaw::swizzle_write_only;
-  constexpr int kInFlight = kFlaw == MmaFlaw::short_wait ? 2 : 1;  // groups a wait may leave in flight
+  constexpr int kSlack = kFlaw == MmaFlaw::short_wait ? 1 : 0;  // the flaw: each wait leaves one group too many
   extern __shared__ __align__(128) unsigned char smem[];
   // Q [kRows][D] | K [2][kBlockKv][D] | V [kBlockKv][D], all swizzled.
   const std::uint32_t q_tile = shared_address(smem);
@@ -122,21 +122,25 @@ __global__ void __launch_bounds__(kThreads) kv_pipelined_kernel(const gpu::Atten
                                  a.k_seq_stride, t.lk - plan.begin * kBlockKv);
     cp_async_commit();
 
+    // Two barriers a tile. Past the first, this tile's K (and Q) have
+    // landed, and every warp is done with the tile before (its P V read V's
+    // buffer, its S the other K buffer), so V's and the next K's copies may
+    // overwrite them; past the second, V has landed.
     for (int tile = plan.begin; tile < plan.end; ++tile) {
       const int j0 = tile * kBlockKv;
       const std::uint32_t k_tile = k_tiles + ((tile - plan.begin) & 1) * kKvTileBytes;
+      cp_async_wait<kSlack>();  // Q and this K tile have landed
+      __syncthreads();
       // V of this tile streams in while the first product runs.
       copy_tile<kBlockKv, D, true>(v_tile, t.v + j0 * a.v_seq_stride, a.v_seq_stride, t.lk - j0);
       cp_async_commit();
-      cp_async_wait<kInFlight>();  // Q and this K tile have landed; V may be in flight
-      __syncthreads();
 
       float s[kM][kTilesN][4] = {};
       qk_shared<T, D, kReadSwizzled>(s, q_tile, k_tile);
 
       // The next K tile streams into the other buffer during softmax and P V
-      // (that buffer's last reader, the previous tile's S, is behind the barrier
-      // above). The group is committed even when empty, so that the waits'
+      // (that buffer's last reader, the previous tile's S, is behind the first
+      // barrier). The group is committed even when empty, so that the waits'
       // counts hold on the last tile too.
       if (tile + 1 < plan.end)
         copy_tile<kBlockKv, D, true>(k_tiles + ((tile + 1 - plan.begin) & 1) * kKvTileBytes,
@@ -150,10 +154,9 @@ __global__ void __launch_bounds__(kThreads) kv_pipelined_kernel(const gpu::Atten
         online_softmax<T>(s[m], state[m], acc[m], p[m], scale_log2);
       }
 
-      cp_async_wait<kInFlight>();  // V has landed; the next K may be in flight
+      cp_async_wait<1 + kSlack>();  // V has landed; the next K may be in flight
       __syncthreads();
       pv_shared<T, D, kReadSwizzled>(acc, p, v_tile);
-      __syncthreads();  // the next tile's V overwrites this one
     }
   }
 #pragma unroll
