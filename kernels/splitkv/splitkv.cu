@@ -1,6 +1,19 @@
 // splitkv: flash-decoding. Blocks over slices of the keys, then a combine
 // kernel that merges the slices through their LSE. This file's kernel is
-// version 4 (issue 24; docs/perf.md, "splitkv v4").
+// version 5 (issue 24; docs/perf.md, "splitkv v4" and "splitkv v5").
+//
+// v5 changed from v4: the combine is launched as the split kernel's
+// programmatic dependent (sm_90 and newer, where the running code has the
+// wait): each split block lets it launch as it starts, and the combine waits
+// in-kernel (griddepcontrol.wait) for every split block's writes, so its
+// launch no longer follows the split kernel's end. The blocks are v4's.
+//  Speed (v5): H100, 2026-11-27, `flashcheck bench -s splitkv --problems
+//  <issue 24's decode lines>` (cuDNN 9.14 in the same run; % of the measured
+//  3020 GB/s read ceiling), bf16 d=128: B=1 Hq=8 Hkv=1 Skv=131072 0.047 ms,
+//  47% (v4 0.049; 0.97x cuDNN, v4 0.92x), paged page=16 0.047 ms (1.14x
+//  cuDNN); Skv=32768 0.026 ms, 21% (v4 0.029; 1.04x cuDNN); Skv=262144 0.073
+//  ms, 61%; B=1 Hq=32 Hkv=8 Skv=32768 0.066 ms, 67%; B=64 Skv=8192 0.770 ms,
+//  92% (unchanged); Sq=8 and Sq=4 causal_br 68% and 62% (unchanged).
 //
 // v4 changed from v3: at d <= 128 the split block runs on tensor cores
 // (splitkv_mma_kernel.cuh): a block per (batch, K/V head, chunk of 16 rows,

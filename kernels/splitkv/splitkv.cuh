@@ -30,6 +30,23 @@ inline constexpr Capabilities kSplitKvCapabilities = [] {
   return caps;
 }();
 
+/// Programmatic dependent launch (sm_90 and newer): each split block lets the
+/// combine launch as soon as it starts, so the combine's launch overlaps the
+/// split kernel instead of following it, and the combine waits
+/// (griddepcontrol.wait: every split block done, its writes visible) before
+/// it reads a slot. Code built for an older GPU has neither instruction, and
+/// its combine is launched without the attribute (launch_splitkv_combine).
+__device__ __forceinline__ void let_combine_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_splits() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 /// Where the splits leave their results: for slot (split s, row n), n =
 /// (b * heads_q + h) * seqlen_q + i, O_s (f32, normalised) at o[(s * rows + n) * d]
 /// and LSE_s (natural log; -inf where the split saw no key) at lse[s * rows + n].

@@ -27,6 +27,7 @@ template <typename Element, int kHeadDim, SplitKvFlaw kFlaw, KeyReading kReading
 __global__ void __launch_bounds__(kSplitKvWarps * 32, kSplitKvBlocksPerSm)
     splitkv_kernel(const gpu::AttentionArgs a, const SplitKvPartials partials, int chunks) {
   __shared__ DecodeShared<kHeadDim, kSplitKvWarps> shared;
+  let_combine_launch();
   const int chunk = blockIdx.x % chunks, pair = blockIdx.x / chunks;
   const int b = pair / a.heads_kv, hk = pair % a.heads_kv, split = blockIdx.y, splits = gridDim.y;
   const int lq = query_length(a, b), lk = key_length(a, b);
@@ -86,6 +87,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
   constexpr int kColumns = kHeadDim / 32;  // per lane
   __shared__ float shared_o[kCombineWarps][kHeadDim];
   __shared__ float shared_value[kCombineWarps];
+  wait_for_splits();
   const std::int64_t n = blockIdx.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   const int i = n % a.seqlen_q, h = n / a.seqlen_q % a.heads_q;
@@ -183,9 +185,25 @@ SplitKvPartials splitkv_partials(const gpu::AttentionArgs& a, int splits, SplitK
 template <typename Element, int kHeadDim, SplitKvFlaw kFlaw>
 void launch_splitkv_combine(const gpu::AttentionArgs& a, const SplitKvPartials& partials, int splits,
                             const gpu::CallSite& site) {
-  const int warps = std::clamp(splits, 1, kCombineWarps);
-  splitkv_combine_kernel<Element, kHeadDim, kFlaw>
-      <<<static_cast<unsigned>(partials.rows), warps * 32, 0, a.stream>>>(a, partials, splits);
+  const auto kernel = splitkv_combine_kernel<Element, kHeadDim, kFlaw>;
+  // Launched as the split kernel's programmatic dependent where the code that
+  // runs has the wait (built for sm_90 or newer): the binary's own version,
+  // not the device's, decides.
+  static const bool programmatic = [&] {
+    cudaFuncAttributes attributes{};
+    gpu::check(cudaFuncGetAttributes(&attributes, kernel), "cudaFuncGetAttributes (splitkv combine)", site);
+    return attributes.binaryVersion >= 90;
+  }();
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(partials.rows));
+  config.blockDim = dim3(std::clamp(splits, 1, kCombineWarps) * 32);
+  config.stream = a.stream;
+  config.attrs = &attribute;
+  config.numAttrs = programmatic ? 1 : 0;
+  gpu::check(cudaLaunchKernelEx(&config, kernel, a, partials, splits), "cudaLaunchKernelEx (splitkv combine)", site);
   gpu::check_launch("splitkv_combine_kernel", site);
 }
 

@@ -82,6 +82,7 @@ __global__ void __launch_bounds__(kSplitKvMmaWarps * 32, 2)
     splitkv_mma_kernel(const gpu::AttentionArgs a, const SplitKvPartials partials, int chunks) {
   constexpr int kSpans = kHeadDim / 32;  // 16-byte loads a lane per key row
   __shared__ SplitKvMmaShared<kHeadDim> shared;
+  let_combine_launch();
   const int chunk = blockIdx.x % chunks, pair = blockIdx.x / chunks;
   const int b = pair / a.heads_kv, hk = pair % a.heads_kv, split = blockIdx.y, splits = gridDim.y;
   const int lq = query_length(a, b), lk = key_length(a, b);
