@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
   if (a.lse && lane == 0) a.lse[n] = total_lse;
 }
 
-/// Reserves the workspace for `splits` and enqueues the combine (after the split kernel).
+/// Reserves the workspace for `splits` and lays the slots out in it (the combine is launch_splitkv_combine).
 template <typename Element, int kHeadDim, SplitKvFlaw kFlaw>
 SplitKvPartials splitkv_partials(const gpu::AttentionArgs& a, int splits, SplitKvWorkspace& workspace,
                                  const gpu::CallSite& site) {
