@@ -97,20 +97,22 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes, const CallSite& site) : bytes_(byt
 
 namespace {
 
-// The device's default pool keeps what a stream-ordered free returns (its
-// release threshold is 0 otherwise: every synchronisation would hand the
-// memory back, and the next case would map it again). Once per process.
+// The current device's default pool keeps what a stream-ordered free returns
+// (its release threshold is 0 otherwise: every synchronisation would hand the
+// memory back, and the next case would map it again). Once per device.
 void keep_pool_memory(const CallSite& site) {
-  static std::once_flag once;
-  std::call_once(once, [&] {
-    int device = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice", site);
-    cudaMemPool_t pool = nullptr;
-    check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool", site);
-    std::uint64_t keep_all = UINT64_MAX;
-    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all),
-          "cudaMemPoolSetAttribute (release threshold)", site);
-  });
+  static std::mutex mutex;
+  static std::vector<int> kept;  // the devices whose pool is set
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice", site);
+  const std::lock_guard lock(mutex);
+  if (std::ranges::find(kept, device) != kept.end()) return;
+  cudaMemPool_t pool = nullptr;
+  check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool", site);
+  std::uint64_t keep_all = UINT64_MAX;
+  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all),
+        "cudaMemPoolSetAttribute (release threshold)", site);
+  kept.push_back(device);
 }
 
 // This thread's pinned staging buffer for Downloads: grown as needed, kept.

@@ -10,7 +10,6 @@
 #include <climits>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -186,42 +185,6 @@ __global__ void __launch_bounds__(256) transpose_v_fp8(const gpu::AttentionArgs 
     rows[static_cast<std::int64_t>(n / 32) * (keys_padded / 4) + n % 32] = out[n / 32][n % 32];
 }
 
-/// V^T's buffer, allocated in stream order for each launch and freed after
-/// it (cudaMallocAsync): the device's default pool is told once to keep what
-/// is freed (its release threshold), so that a timed launch maps no memory
-/// once warm, and the memory is the pool's, not a cache's of our own.
-class TransposedV {
- public:
-  TransposedV(std::size_t bytes, cudaStream_t stream, const gpu::CallSite& site) : stream_(stream) {
-    keep_pool_memory(site);
-    gpu::check(cudaMallocAsync(&data_, bytes, stream), "cudaMallocAsync (V^T)", site);
-  }
-  ~TransposedV() {
-    if (data_) cudaFreeAsync(data_, stream_);  // stream-ordered: after the kernels that read it
-  }
-  TransposedV(const TransposedV&) = delete;
-  TransposedV& operator=(const TransposedV&) = delete;
-  std::uint8_t* get() const { return static_cast<std::uint8_t*>(data_); }
-
- private:
-  static void keep_pool_memory(const gpu::CallSite& site) {
-    static std::mutex mutex;
-    static std::map<int, bool> kept;
-    int device = 0;
-    gpu::check(cudaGetDevice(&device), "cudaGetDevice", site);
-    const std::lock_guard lock(mutex);
-    if (kept[device]) return;
-    cudaMemPool_t pool{};
-    gpu::check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool", site);
-    std::uint64_t threshold = UINT64_MAX;
-    gpu::check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold), "cudaMemPoolSetAttribute",
-               site);
-    kept[device] = true;
-  }
-  void* data_ = nullptr;
-  cudaStream_t stream_;
-};
-
 template <typename T, int D, HopperFlaw kFlaw>
 void launch(const gpu::AttentionArgs& args, const gpu::CallSite& site) {
   using S = Shape<T, D>;
@@ -246,13 +209,16 @@ void launch(const gpu::AttentionArgs& args, const gpu::CallSite& site) {
                                                 a.k_head_stride, a.k_batch_stride, S::kBlockN, site)
                              : q;
   CUtensorMap v = q;
-  std::optional<TransposedV> vt_buffer;  // fp8: V^T, freed (stream-ordered) after the kernel
+  // fp8: V^T, allocated in stream order from the device's default pool
+  // (gpu::DeviceBuffer: the pool keeps what is freed, so a timed launch maps
+  // no memory once warm) and freed after the kernels that read it.
+  gpu::DeviceBuffer vt_buffer;
   if constexpr (kFp8) {  // (a constexpr branch: transpose_v_fp8 is instantiated for fp8's D only)
     if (keys) {
       const int keys_padded = (a.seqlen_kv + S::kBlockN - 1) / S::kBlockN * S::kBlockN;
       const auto bytes = static_cast<std::size_t>(a.batch) * a.heads_kv * D * keys_padded;
-      vt_buffer.emplace(bytes, a.stream, site);
-      std::uint8_t* vt = vt_buffer->get();
+      vt_buffer = gpu::DeviceBuffer(bytes, a.stream, site);
+      auto* vt = static_cast<std::uint8_t*>(vt_buffer.get());
       transpose_v_fp8<D><<<dim3(keys_padded / 128, a.heads_kv, a.batch), 256, 0, a.stream>>>(a, vt, keys_padded);
       gpu::check_launch("transpose_v_fp8", site);
       const cuuint64_t dims[4] = {static_cast<cuuint64_t>(keys_padded), static_cast<cuuint64_t>(D),

@@ -22,7 +22,8 @@
 // Speed (H200, 2026-11-21, scripts/gpu-check: CUDA events, median of 10 after 3
 // warm-ups, 3 input sets; bf16 B=4 H=16 N=M=4096 unless said; TFLOP/s):
 //   d=128 309.7, d=128 causal_br 267.7, d=64 282.3, d=256 251.5, f16 d=128 310.0.
-//   Registers (ptxas, sm_90a, bf16): 255, 124 B spilled (d=128) / 254, 40 B spilled (d=256).
+//   Registers (ptxas, sm_90a, bf16): 255, 124 B spilled (d=128) / 254, 40 B spilled (d=256)
+//   (version 1; version 3 at d=256: 255, 32 B).
 //   cuDNN in the same run: 669.5 / 569.9 / 510.5 / 729.6 / 651.8, so 46% / 47% /
 // 55% / 34% / 48% of cuDNN. The issue's targets (350 / 300 / 290 / 300) are
 // not met; docs/perf.md has the measured gap and the reasons (ncu: 255
@@ -39,6 +40,18 @@
 // 255.7-258.4; B=2 N=M=8192 d=128 317.3-322.5 -> 323.9-324.0. torch's
 // FlashAttention-2 forward in the same runs: 344-346, 282-288, 277-286,
 // 319-325 and 357.
+// Version 3 (2026-11-27), what changed: at d = 256 a block is 8 warps of 16
+// rows over 64-key tiles (128 x 64, FlashAttention-2's forward tile there),
+// where it was 4 warps over 32-key tiles (64 x 32): half the barriers and
+// online-softmax rescales a key, and each K and V tile copied once for 128
+// rows instead of 64 (shared memory 160 KiB, one block an SM; ptxas: 255
+// registers, 32 B spilled). d <= 128 unchanged. Predicted d=256 257 -> ~290
+// TFLOP/s. Measured on an H100 80GB HBM3 (flashcheck bench, median of 10,
+// version 2 built from the same tree in the same call; docs/perf.md
+// "mma-kv-pipelined version 3"): bf16 B=4 H=16 N=M=4096 d=256 256.6 -> 310.1
+// TFLOP/s, causal_br 241.2 -> 285.2, B=2 N=M=8192 d=256 261.4 -> 318.9;
+// torch's FlashAttention-2 forward in the same call 322.7, 297.2 and 321.1
+// (0.96x, 0.96x, 0.99x).
 #include "mma/kv_pipelined_kernel.cuh"
 
 namespace flashcheck::kernels::mma {

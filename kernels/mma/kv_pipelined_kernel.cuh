@@ -35,14 +35,20 @@ constexpr MaskFlaw mask_flaw(MmaFlaw flaw) {
 }
 
 /// m16 tiles per warp (32 query rows per warp; 16 at d = 256, where a second
-/// tile's O accumulators would not fit in registers), the block's query rows,
-/// and the keys per tile.
+/// tile's O accumulators would not fit in registers), warps per block (8 at
+/// d = 256, so that a block still owns 128 rows), the block's query rows, and
+/// the keys per tile: 128 x 64 at every head dim, FlashAttention-2's forward
+/// tile on sm_90 (4 warps at d <= 128, 8 at d = 256).
 template <int D>
 inline constexpr int kKvMTiles = D == 256 ? 1 : 2;
 template <int D>
-inline constexpr int kKvBlockQ = 16 * kKvMTiles<D> * kWarps;
+inline constexpr int kKvWarps = D == 256 ? 8 : kWarps;
 template <int D>
-inline constexpr int kKvBlockKv = D == 256 ? 32 : 64;
+inline constexpr int kKvThreads = 32 * kKvWarps<D>;
+template <int D>
+inline constexpr int kKvBlockQ = 16 * kKvMTiles<D> * kKvWarps<D>;
+template <int D>
+inline constexpr int kKvBlockKv = 64;
 
 /// S += Q K^T for the warp's kM m16 tiles. Q fragments come from shared memory
 /// per 32 dims (two k-steps, one ldmatrix.x4 each per m-tile); each K fragment
@@ -93,8 +99,8 @@ __device__ __forceinline__ void pv_shared(float (&o)[kM][D / 8][4], const std::u
 }
 
 template <typename T, int D, MmaFlaw kFlaw, int kBlockKv>
-__global__ void __launch_bounds__(kThreads) kv_pipelined_kernel(const gpu::AttentionArgs a, int bh_base) {
-  constexpr int kM = kKvMTiles<D>, kRows = kKvBlockQ<D>;
+__global__ void __launch_bounds__(kKvThreads<D>) kv_pipelined_kernel(const gpu::AttentionArgs a, int bh_base) {
+  constexpr int kM = kKvMTiles<D>, kRows = kKvBlockQ<D>, kBlockThreads = kKvThreads<D>;
   constexpr int kTilesN = kBlockKv / 8, kTilesD = D / 8;
   constexpr std::uint32_t kKvTileBytes = kBlockKv * D * 2;
   constexpr bool kReadSwizzled = kFlaw != MmaFlaw::swizzle_write_only;
@@ -116,9 +122,9 @@ __global__ void __launch_bounds__(kThreads) kv_pipelined_kernel(const gpu::Atten
 #pragma unroll
     for (int m = 0; m < kM; ++m) rows[m] = thread_rows<mask_flaw(kFlaw)>(a, t.q0 + warp_row + 16 * m, t.lq, t.lk);
     const float scale_log2 = a.scale * 1.4426950408889634f;
-    copy_tile<kRows, D, true>(q_tile, t.q, a.q_seq_stride, t.lq - t.q0);
+    copy_tile<kRows, D, true, T, kBlockThreads>(q_tile, t.q, a.q_seq_stride, t.lq - t.q0);
     cp_async_commit();
-    copy_tile<kBlockKv, D, true>(k_tiles, t.k + static_cast<std::int64_t>(plan.begin) * kBlockKv * a.k_seq_stride,
+    copy_tile<kBlockKv, D, true, T, kBlockThreads>(k_tiles, t.k + static_cast<std::int64_t>(plan.begin) * kBlockKv * a.k_seq_stride,
                                  a.k_seq_stride, t.lk - plan.begin * kBlockKv);
     cp_async_commit();
 
@@ -132,7 +138,7 @@ __global__ void __launch_bounds__(kThreads) kv_pipelined_kernel(const gpu::Atten
       cp_async_wait<kSlack>();  // Q and this K tile have landed
       __syncthreads();
       // V of this tile streams in while the first product runs.
-      copy_tile<kBlockKv, D, true>(v_tile, t.v + j0 * a.v_seq_stride, a.v_seq_stride, t.lk - j0);
+      copy_tile<kBlockKv, D, true, T, kBlockThreads>(v_tile, t.v + j0 * a.v_seq_stride, a.v_seq_stride, t.lk - j0);
       cp_async_commit();
 
       float s[kM][kTilesN][4] = {};
@@ -143,7 +149,7 @@ __global__ void __launch_bounds__(kThreads) kv_pipelined_kernel(const gpu::Atten
       // barrier). The group is committed even when empty, so that the waits'
       // counts hold on the last tile too.
       if (tile + 1 < plan.end)
-        copy_tile<kBlockKv, D, true>(k_tiles + ((tile + 1 - plan.begin) & 1) * kKvTileBytes,
+        copy_tile<kBlockKv, D, true, T, kBlockThreads>(k_tiles + ((tile + 1 - plan.begin) & 1) * kKvTileBytes,
                                      t.k + (j0 + kBlockKv) * a.k_seq_stride, a.k_seq_stride, t.lk - j0 - kBlockKv);
       cp_async_commit();
 
@@ -169,7 +175,8 @@ template <typename T, int D, MmaFlaw kFlaw, int kBlockKv = kKvBlockKv<D>>
 struct KvPipelined {
   static void launch(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
     constexpr int kSmem = (kKvBlockQ<D> + 3 * kBlockKv) * D * 2;
-    launch_mma(kv_pipelined_kernel<T, D, kFlaw, kBlockKv>, kSmem, a, site, "kv_pipelined_kernel", kKvBlockQ<D>);
+    launch_mma(kv_pipelined_kernel<T, D, kFlaw, kBlockKv>, kSmem, a, site, "kv_pipelined_kernel", kKvBlockQ<D>,
+               kKvThreads<D>);
   }
 };
 

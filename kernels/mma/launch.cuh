@@ -51,10 +51,10 @@ __device__ __forceinline__ BlockTensors<T> block_tensors(const gpu::AttentionArg
 using MmaKernel = void (*)(gpu::AttentionArgs, int);
 
 /// Launches `kernel` over every (batch, head) in chunks of 65535 (the grid's
-/// y limit) and every block of `block_rows` queries, with `smem_bytes` of
-/// dynamic shared memory.
+/// y limit) and every block of `block_rows` queries, with `threads` a block
+/// and `smem_bytes` of dynamic shared memory.
 inline void launch_mma(MmaKernel kernel, int smem_bytes, const gpu::AttentionArgs& a, const gpu::CallSite& site,
-                       const char* name, int block_rows = kBlockQ) {
+                       const char* name, int block_rows = kBlockQ, int threads = kThreads) {
   const int query_blocks = (a.seqlen_q + block_rows - 1) / block_rows;
   const int heads = a.batch * a.heads_q;
   if (query_blocks == 0 || heads == 0) return;
@@ -62,7 +62,7 @@ inline void launch_mma(MmaKernel kernel, int smem_bytes, const gpu::AttentionArg
              "cudaFuncSetAttribute", site);
   for (int base = 0; base < heads; base += 65535) {
     const dim3 grid(query_blocks, min(65535, heads - base));
-    kernel<<<grid, kThreads, smem_bytes, a.stream>>>(a, base);
+    kernel<<<grid, threads, smem_bytes, a.stream>>>(a, base);
     gpu::check_launch(name, site);
   }
 }

@@ -8,7 +8,8 @@
 // warp owns 16 of them (one m16 tile), so the S and O accumulators of a warp
 // are 16 x kBlockKv and 16 x D. Lane l of a warp holds, in every m16n8 C
 // fragment, rows l/4 and l/4 + 8 at columns 2(l%4) and 2(l%4) + 1.
-// (kv_pipelined gives a warp two m16 tiles: kernels/mma/kv_pipelined_kernel.cuh.)
+// (kv_pipelined gives a warp two m16 tiles, and a block 8 warps at d = 256:
+// kernels/mma/kv_pipelined_kernel.cuh.)
 #pragma once
 
 #include <cuda_runtime.h>

@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
 }
 
 /// Reserves the workspace for `splits` and lays the slots out in it (the combine is launch_splitkv_combine).
-template <typename Element, int kHeadDim, SplitKvFlaw kFlaw>
+template <int kHeadDim>
 SplitKvPartials splitkv_partials(const gpu::AttentionArgs& a, int splits, SplitKvWorkspace& workspace,
                                  const gpu::CallSite& site) {
   const std::int64_t rows = static_cast<std::int64_t>(a.batch) * a.heads_q * a.seqlen_q;
@@ -232,7 +232,7 @@ void launch_splits(const gpu::AttentionArgs& a, int requested_splits, SplitKvWor
   const int most = kOneWave ? std::min(slots, kSplitKvMaxSplits) : kSplitKvRuleMostSplits;
   const int splits =
       requested_splits > 0 ? requested_splits : splitkv_split_count(blocks_per_split, a.seqlen_kv, slots, most);
-  const SplitKvPartials partials = splitkv_partials<Element, kHeadDim, kFlaw>(a, splits, workspace, site);
+  const SplitKvPartials partials = splitkv_partials<kHeadDim>(a, splits, workspace, site);
   kKernel<<<dim3(static_cast<unsigned>(blocks_per_split), splits), kWarps * 32, 0, a.stream>>>(a, partials, chunks);
   gpu::check_launch("splitkv's split kernel", site);
   launch_splitkv_combine<Element, kHeadDim, kFlaw>(a, partials, splits, site);

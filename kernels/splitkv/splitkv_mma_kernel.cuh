@@ -87,15 +87,18 @@ __global__ void __launch_bounds__(kSplitKvMmaWarps * 32, 2)
   const int b = pair / a.heads_kv, hk = pair % a.heads_kv, split = blockIdx.y, splits = gridDim.y;
   const int lq = query_length(a, b), lk = key_length(a, b);
   const int group = a.heads_q / a.heads_kv, rho0 = chunk * kSplitKvMmaRows;
-  if (rho0 >= group * lq) return;  // only padding rows: no slot is read
+  const int rows_active = group * lq;  // rows [0, rows_active) are queries of this sequence
+  if (rho0 >= rows_active) return;     // only padding rows: no slot is read
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 
   const auto row_head = [&](int rho) { return hk * group + rho % group; };
-  const int rows_active = group * lq;  // rows [0, rows_active) are queries of this sequence
   const auto row_active = [&](int rho) { return rho < rows_active; };
-  const auto slot_of = [&](int rho) {
-    return split * partials.rows + (static_cast<std::int64_t>(b) * a.heads_q + row_head(rho)) * a.seqlen_q +
-           rho / group;
+  // Writes columns [column, column + 4) of row rho's slot, and its LSE from the column-0 thread.
+  const auto store_slot = [&](int rho, int column, float4 o, float lse) {
+    const std::int64_t slot = split * partials.rows +
+                              (static_cast<std::int64_t>(b) * a.heads_q + row_head(rho)) * a.seqlen_q + rho / group;
+    *reinterpret_cast<float4*>(partials.o + slot * kHeadDim + column) = o;
+    if (column == 0) partials.lse[slot] = lse;
   };
   // Position i's keys within this split (empty when first > last).
   const int per_split = (lk + splits - 1) / splits;
@@ -122,8 +125,7 @@ __global__ void __launch_bounds__(kSplitKvMmaWarps * 32, 2)
       for (int item = threadIdx.x; item < kSplitKvMmaRows * (kHeadDim / 4); item += blockDim.x) {
         const int rho = rho0 + item / (kHeadDim / 4), column = item % (kHeadDim / 4) * 4;
         if (!row_active(rho)) continue;
-        *reinterpret_cast<float4*>(partials.o + slot_of(rho) * kHeadDim + column) = make_float4(0, 0, 0, 0);
-        if (column == 0) partials.lse[slot_of(rho)] = -INFINITY;
+        store_slot(rho, column, make_float4(0, 0, 0, 0), -INFINITY);
       }
     }
     return;
@@ -359,9 +361,7 @@ __global__ void __launch_bounds__(kSplitKvMmaWarps * 32, 2)
       for (float& x : out) x *= inverse;
       lse = top + logf(sum);
     }
-    const std::int64_t slot = slot_of(rho);
-    *reinterpret_cast<float4*>(partials.o + slot * kHeadDim + column) = make_float4(out[0], out[1], out[2], out[3]);
-    if (column == 0) partials.lse[slot] = lse;
+    store_slot(rho, column, make_float4(out[0], out[1], out[2], out[3]), lse);
   }
 }
 
