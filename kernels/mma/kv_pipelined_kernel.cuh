@@ -34,19 +34,19 @@ constexpr MaskFlaw mask_flaw(MmaFlaw flaw) {
   }
 }
 
-/// m16 tiles per warp (32 query rows per warp; 16 at d = 256, where a second
-/// tile's O accumulators would not fit in registers), warps per block (8 at
-/// d = 256, so that a block still owns 128 rows), the block's query rows, and
-/// the keys per tile: 128 x 64 at every head dim, FlashAttention-2's forward
-/// tile on sm_90 (4 warps at d <= 128, 8 at d = 256).
+/// A block's geometry: kM m16 tiles a warp (kM x 16 query rows), kWarps
+/// warps, and the blocks an SM its launch bounds ask registers for.
+template <int kMTiles, int kBlockWarps, int kMinBlocksPerSm = 1>
+struct KvGeometry {
+  static constexpr int kM = kMTiles, kWarps = kBlockWarps, kThreads = 32 * kBlockWarps;
+  static constexpr int kRows = 16 * kMTiles * kBlockWarps, kMinBlocks = kMinBlocksPerSm;
+};
+/// The geometry at head dim D: 32 query rows a warp (two m16 tiles; 16 at d =
+/// 256, where a second tile's O accumulators would not fit in registers), 4
+/// warps (8 at d = 256, so that a block still owns 128 rows): 128 query rows
+/// x 64-key tiles at every head dim, FlashAttention-2's forward tile on sm_90.
 template <int D>
-inline constexpr int kKvMTiles = D == 256 ? 1 : 2;
-template <int D>
-inline constexpr int kKvWarps = D == 256 ? 8 : kWarps;
-template <int D>
-inline constexpr int kKvThreads = 32 * kKvWarps<D>;
-template <int D>
-inline constexpr int kKvBlockQ = 16 * kKvMTiles<D> * kKvWarps<D>;
+using KvDefault = KvGeometry<D == 256 ? 1 : 2, D == 256 ? 8 : kWarps>;
 template <int D>
 inline constexpr int kKvBlockKv = 64;
 
@@ -98,9 +98,10 @@ __device__ __forceinline__ void pv_shared(float (&o)[kM][D / 8][4], const std::u
     }
 }
 
-template <typename T, int D, MmaFlaw kFlaw, int kBlockKv>
-__global__ void __launch_bounds__(kKvThreads<D>) kv_pipelined_kernel(const gpu::AttentionArgs a, int bh_base) {
-  constexpr int kM = kKvMTiles<D>, kRows = kKvBlockQ<D>, kBlockThreads = kKvThreads<D>;
+template <typename T, int D, MmaFlaw kFlaw, int kBlockKv, typename G>
+__global__ void __launch_bounds__(G::kThreads, G::kMinBlocks)
+    kv_pipelined_kernel(const gpu::AttentionArgs a, int bh_base) {
+  constexpr int kM = G::kM, kRows = G::kRows, kBlockThreads = G::kThreads;
   constexpr int kTilesN = kBlockKv / 8, kTilesD = D / 8;
   constexpr std::uint32_t kKvTileBytes = kBlockKv * D * 2;
   constexpr bool kReadSwizzled = kFlaw != MmaFlaw::swizzle_write_only;
@@ -171,12 +172,26 @@ __global__ void __launch_bounds__(kKvThreads<D>) kv_pipelined_kernel(const gpu::
                                                                   acc[m], state[m]);
 }
 
+/// d = 128 without a mask: 8 warps of 32 rows, 256 query rows a block, so
+/// that each K and V tile copied serves twice the rows (one block an SM, as
+/// the default's two of 4 warps). Under a mask the larger block computes more
+/// of the diagonal's masked logits, and it measured slower there (and at
+/// d = 64); docs/perf.md, "mma-kv-pipelined version 4".
+using KvWide128 = KvGeometry<2, 8>;
+
 template <typename T, int D, MmaFlaw kFlaw, int kBlockKv = kKvBlockKv<D>>
 struct KvPipelined {
+  template <typename G>
+  static void launch_with(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
+    constexpr int kSmem = (G::kRows + 3 * kBlockKv) * D * 2;
+    launch_mma(kv_pipelined_kernel<T, D, kFlaw, kBlockKv, G>, kSmem, a, site, "kv_pipelined_kernel", G::kRows,
+               G::kThreads);
+  }
   static void launch(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
-    constexpr int kSmem = (kKvBlockQ<D> + 3 * kBlockKv) * D * 2;
-    launch_mma(kv_pipelined_kernel<T, D, kFlaw, kBlockKv>, kSmem, a, site, "kv_pipelined_kernel", kKvBlockQ<D>,
-               kKvThreads<D>);
+    if constexpr (D == 128) {
+      if (a.mask == kMaskNone) return launch_with<KvWide128>(a, site);
+    }
+    launch_with<KvDefault<D>>(a, site);
   }
 };
 
