@@ -125,8 +125,9 @@ __global__ void __launch_bounds__(G::kThreads, G::kMinBlocks)
     const float scale_log2 = a.scale * 1.4426950408889634f;
     copy_tile<kRows, D, true, T, kBlockThreads>(q_tile, t.q, a.q_seq_stride, t.lq - t.q0);
     cp_async_commit();
-    copy_tile<kBlockKv, D, true, T, kBlockThreads>(k_tiles, t.k + static_cast<std::int64_t>(plan.begin) * kBlockKv * a.k_seq_stride,
-                                 a.k_seq_stride, t.lk - plan.begin * kBlockKv);
+    copy_tile<kBlockKv, D, true, T, kBlockThreads>(
+        k_tiles, t.k + static_cast<std::int64_t>(plan.begin) * kBlockKv * a.k_seq_stride, a.k_seq_stride,
+        t.lk - plan.begin * kBlockKv);
     cp_async_commit();
 
     // Two barriers a tile. Past the first, this tile's K (and Q) have
@@ -151,7 +152,8 @@ __global__ void __launch_bounds__(G::kThreads, G::kMinBlocks)
       // counts hold on the last tile too.
       if (tile + 1 < plan.end)
         copy_tile<kBlockKv, D, true, T, kBlockThreads>(k_tiles + ((tile + 1 - plan.begin) & 1) * kKvTileBytes,
-                                     t.k + (j0 + kBlockKv) * a.k_seq_stride, a.k_seq_stride, t.lk - j0 - kBlockKv);
+                                                       t.k + (j0 + kBlockKv) * a.k_seq_stride, a.k_seq_stride,
+                                                       t.lk - j0 - kBlockKv);
       cp_async_commit();
 
       std::uint32_t p[kM][kTilesN / 2][4];
