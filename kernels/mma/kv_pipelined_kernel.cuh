@@ -34,12 +34,12 @@ constexpr MaskFlaw mask_flaw(MmaFlaw flaw) {
   }
 }
 
-/// A block's geometry: kM m16 tiles a warp (kM x 16 query rows), kWarps
-/// warps, and the blocks an SM its launch bounds ask registers for.
-template <int kMTiles, int kBlockWarps, int kMinBlocksPerSm = 1>
+/// A block's geometry: kM m16 tiles a warp (kM x 16 query rows) and kWarps
+/// warps.
+template <int kMTiles, int kBlockWarps>
 struct KvGeometry {
   static constexpr int kM = kMTiles, kWarps = kBlockWarps, kThreads = 32 * kBlockWarps;
-  static constexpr int kRows = 16 * kMTiles * kBlockWarps, kMinBlocks = kMinBlocksPerSm;
+  static constexpr int kRows = 16 * kMTiles * kBlockWarps;
 };
 /// The geometry at head dim D: 32 query rows a warp (two m16 tiles; 16 at d =
 /// 256, where a second tile's O accumulators would not fit in registers), 4
@@ -47,7 +47,6 @@ struct KvGeometry {
 /// x 64-key tiles at every head dim, FlashAttention-2's forward tile on sm_90.
 template <int D>
 using KvDefault = KvGeometry<D == 256 ? 1 : 2, D == 256 ? 8 : kWarps>;
-template <int D>
 inline constexpr int kKvBlockKv = 64;
 
 /// S += Q K^T for the warp's kM m16 tiles. Q fragments come from shared memory
@@ -98,9 +97,10 @@ __device__ __forceinline__ void pv_shared(float (&o)[kM][D / 8][4], const std::u
     }
 }
 
+// Launch bounds: G::kThreads, at least one block an SM (ptxas may then take
+// up to 255 registers a thread at every geometry).
 template <typename T, int D, MmaFlaw kFlaw, int kBlockKv, typename G>
-__global__ void __launch_bounds__(G::kThreads, G::kMinBlocks)
-    kv_pipelined_kernel(const gpu::AttentionArgs a, int bh_base) {
+__global__ void __launch_bounds__(G::kThreads, 1) kv_pipelined_kernel(const gpu::AttentionArgs a, int bh_base) {
   constexpr int kM = G::kM, kRows = G::kRows, kBlockThreads = G::kThreads;
   constexpr int kTilesN = kBlockKv / 8, kTilesD = D / 8;
   constexpr std::uint32_t kKvTileBytes = kBlockKv * D * 2;
@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(G::kThreads, G::kMinBlocks)
 /// d = 64); docs/perf.md, "mma-kv-pipelined version 4".
 using KvWide128 = KvGeometry<2, 8>;
 
-template <typename T, int D, MmaFlaw kFlaw, int kBlockKv = kKvBlockKv<D>>
+template <typename T, int D, MmaFlaw kFlaw, int kBlockKv = kKvBlockKv>
 struct KvPipelined {
   template <typename G>
   static void launch_with(const gpu::AttentionArgs& a, const gpu::CallSite& site) {
