@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(G::kThreads, 1) kv_pipelined_kernel(const gpu:
 /// that each K and V tile copied serves twice the rows (one block an SM, as
 /// the default's two of 4 warps). Under a mask the larger block computes more
 /// of the diagonal's masked logits, and it measured slower there (and at
-/// d = 64); docs/perf.md, "mma-kv-pipelined version 4".
+/// d = 64); docs/perf.md, "mma-kv-pipelined versions 3 and 4".
 using KvWide128 = KvGeometry<2, 8>;
 
 template <typename T, int D, MmaFlaw kFlaw, int kBlockKv = kKvBlockKv>
