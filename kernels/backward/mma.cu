@@ -37,12 +37,19 @@
 //     is swizzled at 32-query rows too (4-way bank conflicts before);
 //   - S^T and dP^T's mma run over every n-tile before the second k-step, so
 //     no mma waits on the one just issued to the same accumulator.
-// Version 4 (this one), what changed from version 3 and why:
+// Version 4 (commit 99311a0), what changed from version 3 and why:
 //   - the atomic dQ share adds each pair of adjacent columns with one
 //     red.global.add.v2.f32 (sm_90 and newer; two scalar atomics before):
 //     half the reductions (fa2-mma-bwd 17% faster at d = 128);
 //   - a step's row information (log2(e) LSE, D_i, first and last key) is one
 //     float4 a row, one 16-byte shared load a column (no measured change).
+// Version 5 (this one), what changed from version 4 and why: fa2-mma-bwd-det's
+// dQ block at d = 256 is 8 warps, 128 query rows (was 4 warps, 64 rows): a
+// 4-warp block's tiles took 128 KiB, one block and so 4 warps an SM; 8 warps
+// take 192 KiB, one block of 8 warps. H100, same call: d=256 det 10.23 ->
+// 8.95 ms (1.24x -> 1.08x the atomic), causal_br 5.93 -> 5.34 ms (1.15x ->
+// 1.03x). At d = 64 and 128, 8 warps changed nothing (7.83 -> 7.90 ms at
+// d = 128): the registers already held two 4-warp blocks an SM; kept at 4.
 // What it does, on one stream:
 //   1. D_i = rowsum(dO_i o O_i) in f32, D / 8 threads a row.
 //   2. dK, dV: a block per 128 keys (64 at d = 256) of one (batch, K/V head),
@@ -54,8 +61,9 @@
 //      (dS^T through shared memory), FlashAttention-2's classic shape.
 //   3. dQ: fa2-mma-bwd converts the accumulator (scale x, in the dtype).
 //      fa2-mma-bwd-det computes it in a kernel of its own: a block of 4 warps
-//      per 64 query rows, walking the keys its rows see in order, 64 at a
-//      time (32 at d = 256; S, P, dP, dS recomputed; dQ += dS K).
+//      per 64 query rows (8 warps, 128 rows at d = 256), walking the keys its
+//      rows see in order, 64 at a time (32 at d = 256; S, P, dP, dS
+//      recomputed; dQ += dS K).
 // Determinism: fa2-mma-bwd's dQ sums arrive in whatever order the blocks'
 // atomics do (backward_deterministic = false); everything in fa2-mma-bwd-det
 // is summed by one warp in a fixed order and written by one block
@@ -67,9 +75,9 @@
 // forward is fa2-rowthread-bwd's).
 // Registers (ptxas, sm_90a, CUDA 13.0; f16 and bf16 alike), no spills:
 //   dK/dV 215 (d=64) / 230 (d=128) / 248 (d=256); with the atomic dQ
-//   218 / 234 / 249; dQ (deterministic) 179 / 223 / 250. Dynamic shared
+//   218 / 234 / 249; dQ (deterministic) 179 / 223 / 247. Dynamic shared
 //   memory a block: dK/dV 66 / 97 / 161 KiB, with the atomic dQ (two dS^T
-//   buffers) 98 / 113 / 169 KiB; dQ 48 / 96 / 128 KiB.
+//   buffers) 98 / 113 / 169 KiB; dQ 48 / 96 / 192 KiB.
 // Speed (H100, 2026-11-26, flashcheck bench, median of 10; docs/perf.md):
 //   b=1 hq=64 hkv=8 sq=skv=4096 d=128 bf16: fa2-mma-bwd 6.49 ms (212 TFLOP/s
 //   at 2.5 forwards), fa2-mma-bwd-det 7.75 ms (177); in the same call torch's

@@ -72,10 +72,13 @@ struct KvShape {
 };
 /// The deterministic dQ kernel's shape: kWarps warps of 16 query rows, walking
 /// the keys kKeys at a time (32 at d = 256: dQ's 16 x 256 f32 accumulator
-/// takes 128 registers, beside S and dP of 16 x kKeys).
+/// takes 128 registers, beside S and dP of 16 x kKeys). 8 warps at d = 256,
+/// where the 128 KiB of a 4-warp block's tiles left one block of 4 warps an
+/// SM (8 warps: 192 KiB, twice the warps an SM); 4 elsewhere, where 8 bought
+/// nothing (registers already held two 4-warp blocks an SM; docs/perf.md).
 template <int D>
 struct QShape {
-  static constexpr int kWarps = 4;
+  static constexpr int kWarps = D == 256 ? 8 : 4;
   static constexpr int kKeys = D == 256 ? 32 : 64;
 };
 

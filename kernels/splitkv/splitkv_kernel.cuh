@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <mutex>
 
 #include "decode/decode_block.cuh"
 #include "flashcheck/kernels/splitkv/split_rule.hpp"
@@ -187,13 +189,24 @@ void launch_splitkv_combine(const gpu::AttentionArgs& a, const SplitKvPartials& 
                             const gpu::CallSite& site) {
   const auto kernel = splitkv_combine_kernel<Element, kHeadDim, kFlaw>;
   // Launched as the split kernel's programmatic dependent where the code that
-  // runs has the wait (built for sm_90 or newer): the binary's own version,
-  // not the device's, decides.
-  static const bool programmatic = [&] {
-    cudaFuncAttributes attributes{};
-    gpu::check(cudaFuncGetAttributes(&attributes, kernel), "cudaFuncGetAttributes (splitkv combine)", site);
-    return attributes.binaryVersion >= 90;
-  }();
+  // runs has the wait (built for sm_90 or newer): the version of the binary
+  // this device loads, not the device's, decides. Asked once per device (a
+  // process may drive an sm_90 and an sm_80 card, which load different code).
+  static std::mutex mutex;
+  static std::map<int, bool> programmatic_on;  // device -> the wait is in its code
+  int device = 0;
+  gpu::check(cudaGetDevice(&device), "cudaGetDevice", site);
+  bool programmatic = false;
+  {
+    const std::lock_guard lock(mutex);
+    auto found = programmatic_on.find(device);
+    if (found == programmatic_on.end()) {
+      cudaFuncAttributes attributes{};
+      gpu::check(cudaFuncGetAttributes(&attributes, kernel), "cudaFuncGetAttributes (splitkv combine)", site);
+      found = programmatic_on.emplace(device, attributes.binaryVersion >= 90).first;
+    }
+    programmatic = found->second;
+  }
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;

@@ -19,8 +19,9 @@ inline constexpr std::string_view kMmaBackwardDeterministicName = "fa2-mma-bwd-d
 
 /// The family's tiles: the dK/dV kernel owns 128 keys a block (16 a warp; 64
 /// at d = 256) and walks the queries 64 at a time (32 at d >= 128); the
-/// deterministic dQ kernel owns 64 query rows a block (16 a warp) and walks the
-/// keys 64 at a time (32 at d = 256). backward/mma_kernel.cuh: KvShape, QShape.
+/// deterministic dQ kernel owns 64 query rows a block (16 a warp; 128 at
+/// d = 256) and walks the keys 64 at a time (32 at d = 256).
+/// backward/mma_kernel.cuh: KvShape, QShape.
 inline constexpr int kMmaBackwardBlockKeys = 128;
 inline constexpr int kMmaBackwardBlockQueries = 64;
 
