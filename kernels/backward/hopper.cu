@@ -30,9 +30,14 @@
 //   reductions (boxes of 32 f32 columns x 64 rows, 128-byte swizzled, which
 //   the consumers' stores meet at 2 wavefronts): d = 128 2.79 ms, d = 64
 //   1.99 ms; causal 2.42 and 1.57 ms.
-// Version 4 (this one): a 1-D grid in key-block-major order, so the key blocks
+// Version 4 (commit 356b8bd): a 1-D grid in key-block-major order, so the key blocks
 //   with the most rows under a causal mask start first (the short ones fill
 //   the last wave): causal d = 128 1.81 ms, d = 64 1.12 ms; non-causal the same.
+// Version 5 (this one): P keeps its subnormals (exp2_keeping_subnormals,
+//   ex2.approx without .ftz): a 10-minute GPU sweep found dK of keys whose
+//   every P lies below 2^-126 flushed to 0 (2.2 times the floor; docs/perf.md,
+//   2026-11-28). H100, 2026-11-28: d = 128 2.78 ms, causal 1.80; d = 64 1.96,
+//   causal 1.12 (version 4's figures below, from another day, within 3%).
 // Speed (H100 80GB HBM3, 2026-11-26, `flashcheck bench`, median of 10 (5 at
 // 16384); cuDNN 9.14 is flashcheck's peer graph in the same call, torch's
 // FlashAttention-2 and cuDNN 9.19 backward in the same call; docs/perf.md,

@@ -50,6 +50,15 @@
 // 8.95 ms (1.24x -> 1.08x the atomic), causal_br 5.93 -> 5.34 ms (1.15x ->
 // 1.03x). At d = 64 and 128, 8 warps changed nothing (7.83 -> 7.90 ms at
 // d = 128): the registers already held two 4-warp blocks an SM; kept at 4.
+// At d = 64 the dQ block asks for three blocks an SM (168 registers, 4 bytes
+// spilled): 4.17 -> 3.91 ms in a build beside version 4's, but 4.14 ms in the
+// tree below (one call each, not explained yet). P keeps its subnormals
+// (exp2_keeping_subnormals, ex2.approx without .ftz): a 10-minute GPU sweep
+// found dK and dV of keys whose every P lies below 2^-126 flushed to 0 (one
+// dominant key, logit gaps near 87; dK 34 times the floor); 0-3% slower.
+// Final tree (H100, 2026-11-28, one call, det / atomic ms): d=128 7.98 /
+// 6.67, causal 5.49 / 5.47; d=64 4.14 / 3.51, causal 2.86 / 2.76; d=256
+// 9.06 / 8.49, causal 5.34 / 5.26.
 // What it does, on one stream:
 //   1. D_i = rowsum(dO_i o O_i) in f32, D / 8 threads a row.
 //   2. dK, dV: a block per 128 keys (64 at d = 256) of one (batch, K/V head),
@@ -73,9 +82,10 @@
 // {64, 128, 256}; any lengths; none/causal_tl/causal_br/window; GQA/MQA;
 // padded batches; LSE; BHSD and BSHD; finite inputs only; both passes (the
 // forward is fa2-rowthread-bwd's).
-// Registers (ptxas, sm_90a, CUDA 13.0; f16 and bf16 alike), no spills:
-//   dK/dV 215 (d=64) / 230 (d=128) / 248 (d=256); with the atomic dQ
-//   218 / 234 / 249; dQ (deterministic) 179 / 223 / 247. Dynamic shared
+// Registers (ptxas, sm_90a, CUDA 13.0; f16 and bf16 alike):
+//   dK/dV 215 (d=64) / 230 (d=128) / 246 (d=256); with the atomic dQ
+//   218 / 234 / 248; dQ (deterministic) 168 / 223 / 247 (4 bytes spilled at
+//   d = 64, under its three-blocks bound; no other spill). Dynamic shared
 //   memory a block: dK/dV 66 / 97 / 161 KiB, with the atomic dQ (two dS^T
 //   buffers) 98 / 113 / 169 KiB; dQ 48 / 96 / 192 KiB.
 // Speed (H100, 2026-11-26, flashcheck bench, median of 10; docs/perf.md):

@@ -76,9 +76,13 @@ struct KvShape {
 /// where the 128 KiB of a 4-warp block's tiles left one block of 4 warps an
 /// SM (8 warps: 192 KiB, twice the warps an SM); 4 elsewhere, where 8 bought
 /// nothing (registers already held two 4-warp blocks an SM; docs/perf.md).
+/// kMinBlocks: at d = 64, three 4-warp blocks an SM (168 registers, 4 bytes
+/// spilled; 179 held two), 12 warps an SM; a 16 x 32 key step (145
+/// registers, no spill) measured no faster, and at d = 128 neither helped.
 template <int D>
 struct QShape {
   static constexpr int kWarps = D == 256 ? 8 : 4;
+  static constexpr int kMinBlocks = D == 64 ? 3 : 1;
   static constexpr int kKeys = D == 256 ? 32 : 64;
 };
 
@@ -470,7 +474,7 @@ __global__ void __launch_bounds__(32 * KvShape<D>::kKeyWarps * KvShape<D>::kSpli
           const float4 row = rows[column];  // log2(e) LSE, D_i, first key, last key
           const bool live = key >= __float_as_int(row.z) && key <= __float_as_int(row.w);
           // The handed LSE is natural-log (LSE = m + log l), as rowthread's forward writes it.
-          const float weight = fast_exp2(fmaf(p[nt][e], scale_log2, -row.x));
+          const float weight = exp2_keeping_subnormals(fmaf(p[nt][e], scale_log2, -row.x));
           if constexpr (kFlaw == MmaBackwardFlaw::masked_keys_in_dk)
             p_unmasked[nt][e] = key < lk && row.x != -INFINITY ? weight : 0.0f;
           p[nt][e] = live ? weight : 0.0f;
@@ -559,7 +563,7 @@ __global__ void __launch_bounds__(32 * KvShape<D>::kKeyWarps * KvShape<D>::kSpli
 // and at the end dQ = scale dQ. One warp sums each element, in key order: no
 // atomics, bitwise repeatable.
 template <typename T, int D, MmaBackwardFlaw kFlaw = MmaBackwardFlaw::none>
-__global__ void __launch_bounds__(32 * QShape<D>::kWarps) dq_kernel(const BackwardArgs args) {
+__global__ void __launch_bounds__(32 * QShape<D>::kWarps, QShape<D>::kMinBlocks) dq_kernel(const BackwardArgs args) {
   constexpr int kWarps = QShape<D>::kWarps, kThreads = 32 * kWarps, kKeys = QShape<D>::kKeys;
   constexpr int kRows = 16 * kWarps, kTilesK = kKeys / 8;
   constexpr std::uint32_t kRowTileBytes = kRows * D * 2, kKeyTileBytes = kKeys * D * 2;
@@ -625,7 +629,7 @@ __global__ void __launch_bounds__(32 * QShape<D>::kWarps) dq_kernel(const Backwa
         for (int e = 0; e < 4; ++e) {
           const int key = j0 + nt * 8 + lane % 4 * 2 + e % 2;
           const RowInfo& row = rows[e / 2];
-          p[nt][e] = sees(row.keys, key) ? fast_exp2(fmaf(p[nt][e], scale_log2, -row.lse_log2)) : 0.0f;
+          p[nt][e] = sees(row.keys, key) ? exp2_keeping_subnormals(fmaf(p[nt][e], scale_log2, -row.lse_log2)) : 0.0f;
         }
 
       // dP = dO V^T, then dS = P o (dP - D_i) in place, and dQ += dS K.

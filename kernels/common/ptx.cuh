@@ -23,6 +23,18 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+/// 2^x as fast_exp2 with subnormal results kept (ex2.approx without .ftz:
+/// ptxas halves x below -126, and squares the result, around the MUFU.EX2; 3
+/// more instructions). For the backward's P: a P below 2^-126 flushed to 0
+/// drops its keys' whole share of dK and dV where every P of a key is that
+/// small (one dominant key at logit gaps near 87; a GPU sweep found dK 34
+/// times the floor, 2026-11-28), while the forward's O never sees it.
+__device__ __forceinline__ float exp2_keeping_subnormals(float x) {
+  float y;
+  asm("ex2.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 /// Two floats rounded (to nearest even) to T and packed, `low` in the low half.
 /// kTowardZero (a mutant's flaw: kernels/mutants/mma_mutants.cu) rounds bf16
 /// toward zero instead.
