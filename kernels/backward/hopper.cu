@@ -30,9 +30,10 @@
 //   reductions (boxes of 32 f32 columns x 64 rows, 128-byte swizzled, which
 //   the consumers' stores meet at 2 wavefronts): d = 128 2.79 ms, d = 64
 //   1.99 ms; causal 2.42 and 1.57 ms.
-// Version 4 (commit 356b8bd): a 1-D grid in key-block-major order, so the key blocks
-//   with the most rows under a causal mask start first (the short ones fill
-//   the last wave): causal d = 128 1.81 ms, d = 64 1.12 ms; non-causal the same.
+// Version 4 (commit 356b8bd): a 1-D grid in key-block-major order, so the key
+//   blocks with the most rows under a causal mask start first (the short ones
+//   fill the last wave): causal d = 128 1.81 ms, d = 64 1.12 ms; non-causal
+//   the same.
 // Version 5 (this one): P keeps its subnormals (exp2_keeping_subnormals,
 //   ex2.approx without .ftz): a 10-minute GPU sweep found dK of keys whose
 //   every P lies below 2^-126 flushed to 0 (2.2 times the floor; docs/perf.md,
