@@ -25,7 +25,8 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 /// 2^x as fast_exp2 with subnormal results kept (ex2.approx without .ftz:
 /// ptxas halves x below -126, and squares the result, around the MUFU.EX2; 3
-/// more instructions). For the backward's P: a P below 2^-126 flushed to 0
+/// more instructions alone, about 6 an exponential in the backward's dQ
+/// kernel once scheduled: docs/perf.md, "fa2-mma-bwd-det version 5"). For the backward's P: a P below 2^-126 flushed to 0
 /// drops its keys' whole share of dK and dV where every P of a key is that
 /// small (one dominant key at logit gaps near 87; a GPU sweep found dK 34
 /// times the floor, 2026-11-28), while the forward's O never sees it.

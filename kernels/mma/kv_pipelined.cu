@@ -48,8 +48,9 @@
 // registers, 32 B spilled). d <= 128 unchanged. Predicted d=256 257 -> ~290
 // TFLOP/s. Measured on an H100 80GB HBM3 (flashcheck bench, median of 10,
 // version 2 built from the same tree in the same call; docs/perf.md
-// "mma-kv-pipelined versions 3 and 4"): bf16 B=4 H=16 N=M=4096 d=256 256.6 -> 310.1
-// TFLOP/s, causal_br 241.2 -> 285.2, B=2 N=M=8192 d=256 261.4 -> 318.9;
+// "mma-kv-pipelined versions 3 and 4"): bf16 B=4 H=16 N=M=4096 d=256
+// 256.6 -> 310.1 TFLOP/s, causal_br 241.2 -> 285.2, B=2 N=M=8192 d=256
+// 261.4 -> 318.9;
 // torch's FlashAttention-2 forward in the same call 322.7, 297.2 and 321.1
 // (0.96x, 0.96x, 0.99x).
 // Version 4 (2026-11-27), what changed: at d = 128 without a mask a block is
@@ -59,11 +60,12 @@
 // stays (the wide one measured slower there). ptxas: 255 registers, 76 B
 // spilled (124 B in the 4-warp block). Measured on an H100 80GB HBM3 in one
 // call, both geometries in one binary (docs/perf.md "mma-kv-pipelined
-// versions 3 and 4"): B=4 H=16 N=M=4096 d=128 316.4 -> 337.7 TFLOP/s, B=2 N=M=8192
-// d=128 321.8 -> 345.4; torch's FlashAttention-2 forward 349.0 and 357.4 in
-// the same call (0.97x both). causal_br d=128 would fall 273.4 -> 267.1 and
-// d=64 295.6 -> 265.7 with it: not taken there. 8 warps of 16 rows at
-// d = 128 (two blocks an SM, 128 registers, 188 B spilled): 278.0.
+// versions 3 and 4"): B=4 H=16 N=M=4096 d=128 316.4 -> 337.7 TFLOP/s,
+// B=2 N=M=8192 d=128 321.8 -> 345.4; torch's FlashAttention-2 forward 349.0
+// and 357.4 in the same call (0.97x both). causal_br d=128 would fall
+// 273.4 -> 267.1 and d=64 295.6 -> 265.7 with it: not taken there. 8 warps
+// of 16 rows at d = 128 (two blocks an SM, 128 registers, 188 B spilled):
+// 278.0.
 #include "mma/kv_pipelined_kernel.cuh"
 
 namespace flashcheck::kernels::mma {
