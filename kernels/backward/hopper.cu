@@ -34,11 +34,15 @@
 //   blocks with the most rows under a causal mask start first (the short ones
 //   fill the last wave): causal d = 128 1.81 ms, d = 64 1.12 ms; non-causal
 //   the same.
-// Version 5 (this one): P keeps its subnormals (exp2_keeping_subnormals,
-//   ex2.approx without .ftz): a 10-minute GPU sweep found dK of keys whose
+// Version 5 (commit f71dce0): P keeps its subnormals (ex2.approx without
+//   .ftz): a 10-minute GPU sweep found dK of keys whose
 //   every P lies below 2^-126 flushed to 0 (2.2 times the floor; docs/perf.md,
 //   2026-11-28). H100, 2026-11-28: d = 128 2.78 ms, causal 1.80; d = 64 1.96,
 //   causal 1.12 (version 4's figures below, from another day, within 3%).
+// Version 6 (this one): the same subnormals at one FMUL more than the flushing
+//   exp2 (exp2_shifted_keeping_subnormals, fa2-mma-bwd's version 6). H200,
+//   2026-11-28, two runs each beside version 5: d = 128 2.78 -> 2.76 ms,
+//   causal 1.64 -> 1.66; d = 64 1.99 -> 1.99, causal 1.09 -> 1.10 (no change).
 // Speed (H100 80GB HBM3, 2026-11-26, `flashcheck bench`, median of 10 (5 at
 // 16384); cuDNN 9.14 is flashcheck's peer graph in the same call, torch's
 // FlashAttention-2 and cuDNN 9.19 backward in the same call; docs/perf.md,

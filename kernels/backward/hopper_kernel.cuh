@@ -313,7 +313,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           const float4 row = rows[nt * 8 + lane % 4 * 2 + e % 2];  // log2(e) LSE, D_i, first key, last key
           const int key = thread_key + e / 2 * 8;
           const bool live = key >= __float_as_int(row.z) && key <= __float_as_int(row.w);
-          const float weight = exp2_keeping_subnormals(fmaf(st[nt][e], scale_log2, -row.x));
+          const float weight = exp2_shifted_keeping_subnormals(fmaf(st[nt][e], scale_log2, -row.x));
           if constexpr (kFlaw == HopperBackwardFlaw::masked_keys_in_dk)
             p_unmasked[nt][e] = key < lk && row.x != -INFINITY ? weight : 0.0f;
           st[nt][e] = live ? weight : 0.0f;

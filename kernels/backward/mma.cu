@@ -43,7 +43,7 @@
 //     half the reductions (fa2-mma-bwd 17% faster at d = 128);
 //   - a step's row information (log2(e) LSE, D_i, first and last key) is one
 //     float4 a row, one 16-byte shared load a column (no measured change).
-// Version 5 (this one), what changed from version 4 and why: fa2-mma-bwd-det's
+// Version 5 (commit f71dce0), what changed from version 4 and why: fa2-mma-bwd-det's
 // dQ block at d = 256 is 8 warps, 128 query rows (was 4 warps, 64 rows): a
 // 4-warp block's tiles took 128 KiB, one block and so 4 warps an SM; 8 warps
 // take 192 KiB, one block of 8 warps. H100, same call: d=256 det 10.23 ->
@@ -59,6 +59,14 @@
 // Final tree (H100, 2026-11-28, one call, det / atomic ms): d=128 7.98 /
 // 6.67, causal 5.49 / 5.47; d=64 4.14 / 3.51, causal 2.86 / 2.76; d=256
 // 9.06 / 8.49, causal 5.34 / 5.26.
+// Version 6 (this one), what changed from version 5 and why: P keeps its
+// subnormals at one FMUL more than the flushing exp2, not about six
+// (exp2_shifted_keeping_subnormals: 24 folded into the row's log2(e) LSE, the
+// exact 2^-24 multiply after ex2.approx.ftz). Predicted det d = 64 3.9-4.0 ms
+// on H100 and atomic 0-3% faster; measured on an H200 (2026-11-28, two runs
+// of each tree in one call, det / atomic ms): d=128 8.13 -> 7.89 / 6.67 ->
+// 6.62, d=64 4.22 -> 4.03 / 3.54 -> 3.52 (det 1.145x the atomic), d=256
+// 9.25 -> 9.03 / 8.52 -> 8.33; causal 0-3% faster (docs/perf.md).
 // What it does, on one stream:
 //   1. D_i = rowsum(dO_i o O_i) in f32, D / 8 threads a row.
 //   2. dK, dV: a block per 128 keys (64 at d = 256) of one (batch, K/V head),

@@ -311,7 +311,9 @@ __device__ __forceinline__ void add_dq_atomic(float* dq_rows, int valid_rows, st
   }
 }
 
-/// What a step's rows tell the P computation: log2(e) LSE_i, D_i, and the
+/// What a step's rows tell the P computation: log2(e) LSE_i - kExp2Shift (so
+/// that S scale log2(e) - lse_log2 is P's exponent shifted, for
+/// exp2_shifted_keeping_subnormals), D_i, and the
 /// keys the row sees (empty past the sequence and for rows that see no key,
 /// LSE = -inf: no gradient).
 struct RowInfo {
@@ -322,7 +324,7 @@ __device__ __forceinline__ RowInfo row_info(const gpu::AttentionArgs& a, const f
                                             int lq, int lk) {
   if (i >= lq) return {-INFINITY, 0.0f, {0, -1}};
   const float lse_i = lse[i];
-  return {lse_i * kLog2e, delta[i], lse_i != -INFINITY ? visible_keys(a, i, lq, lk) : KeyRange{0, -1}};
+  return {fmaf(lse_i, kLog2e, -kExp2Shift), delta[i], lse_i != -INFINITY ? visible_keys(a, i, lq, lk) : KeyRange{0, -1}};
 }
 
 // ---------------------------------------------------------------------------
@@ -474,7 +476,7 @@ __global__ void __launch_bounds__(32 * KvShape<D>::kKeyWarps * KvShape<D>::kSpli
           const float4 row = rows[column];  // log2(e) LSE, D_i, first key, last key
           const bool live = key >= __float_as_int(row.z) && key <= __float_as_int(row.w);
           // The handed LSE is natural-log (LSE = m + log l), as rowthread's forward writes it.
-          const float weight = exp2_keeping_subnormals(fmaf(p[nt][e], scale_log2, -row.x));
+          const float weight = exp2_shifted_keeping_subnormals(fmaf(p[nt][e], scale_log2, -row.x));
           if constexpr (kFlaw == MmaBackwardFlaw::masked_keys_in_dk)
             p_unmasked[nt][e] = key < lk && row.x != -INFINITY ? weight : 0.0f;
           p[nt][e] = live ? weight : 0.0f;
@@ -629,7 +631,7 @@ __global__ void __launch_bounds__(32 * QShape<D>::kWarps, QShape<D>::kMinBlocks)
         for (int e = 0; e < 4; ++e) {
           const int key = j0 + nt * 8 + lane % 4 * 2 + e % 2;
           const RowInfo& row = rows[e / 2];
-          p[nt][e] = sees(row.keys, key) ? exp2_keeping_subnormals(fmaf(p[nt][e], scale_log2, -row.lse_log2)) : 0.0f;
+          p[nt][e] = sees(row.keys, key) ? exp2_shifted_keeping_subnormals(fmaf(p[nt][e], scale_log2, -row.lse_log2)) : 0.0f;
         }
 
       // dP = dO V^T, then dS = P o (dP - D_i) in place, and dQ += dS K.

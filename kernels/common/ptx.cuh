@@ -23,17 +23,20 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-/// 2^x as fast_exp2 with subnormal results kept (ex2.approx without .ftz:
-/// ptxas halves x below -126, and squares the result, around the MUFU.EX2; 3
-/// more instructions alone, about 6 an exponential in the backward's dQ
-/// kernel once scheduled: docs/perf.md, "fa2-mma-bwd-det version 5"). For the backward's P: a P below 2^-126 flushed to 0
-/// drops its keys' whole share of dK and dV where every P of a key is that
-/// small (one dominant key at logit gaps near 87; a GPU sweep found dK 34
-/// times the floor, 2026-11-28), while the forward's O never sees it.
-__device__ __forceinline__ float exp2_keeping_subnormals(float x) {
-  float y;
-  asm("ex2.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
+/// The backward's P = 2^x with subnormal results kept, at one FMUL more than
+/// fast_exp2: the caller hands x + kExp2Shift (the shift folded into its row's
+/// bias), whose ex2.approx.ftz is normal for every x >= -150, and the exact
+/// multiply by 2^-kExp2Shift makes the subnormals (the kernels are not built
+/// with -ftz). ex2.approx without .ftz cost about six instructions an
+/// exponential (x halved below -126, the result squared): det d = 64 4.22 ->
+/// 4.03 ms with this form (H200, 2026-11-28, docs/perf.md). Why P needs its
+/// subnormals: a P below 2^-126 flushed to 0 drops its key's whole share of dK
+/// and dV where every P of the key is that small (one dominant key at logit
+/// gaps near 87; a GPU sweep found dK 34 times the floor, 2026-11-28), while
+/// the forward's O never sees it.
+inline constexpr float kExp2Shift = 24.0f;
+__device__ __forceinline__ float exp2_shifted_keeping_subnormals(float x_plus_shift) {
+  return fast_exp2(x_plus_shift) * 0x1p-24f;
 }
 
 /// Two floats rounded (to nearest even) to T and packed, `low` in the low half.
