@@ -197,7 +197,8 @@ BackwardResult CpuPlain::run_backward(const Problem& p, const BackwardInputs& in
             for (std::int64_t j = 0; j < lk; ++j) {
               const bool visible = sees(p, i, j, lq, lk);
               if (!visible && flaw_ != PlainFlaw::bwd_masked_keys_in_dk) continue;
-              const float prob = std::exp(logits[j] - maximum) / sum;
+              float prob = std::exp(logits[j] - maximum) / sum;
+              if (flaw_ == PlainFlaw::bwd_p_flushed && std::fpclassify(prob) == FP_SUBNORMAL) prob = 0.0f;
               float dprob = 0;
               for (std::int64_t c = 0; c < dv; ++c)
                 dprob += static_cast<float>(in.dout.get(b, h, i, c)) * static_cast<float>(in.inputs.v.get(b, hk, j, c));

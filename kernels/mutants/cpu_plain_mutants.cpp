@@ -36,6 +36,9 @@ constexpr PlainMutant kPlainMutants[] = {
      "cpu-plain's backward accumulating D_i = rowsum(dO o O) in the storage dtype instead of f32"},
     {PlainFlaw::bwd_d256_only_wrong, "mutant-cpu-bwd-d256-only-wrong",
      "cpu-plain's backward leaving the last column of dQ at 0 when d = 256"},
+    {PlainFlaw::bwd_p_flushed, "mutant-cpu-bwd-p-flushed",
+     "cpu-plain's backward flushing a subnormal P to 0 (ex2.approx.ftz's flaw, which a GPU sweep found in the "
+     "mma.sync and Hopper backward kernels, 2026-11-28)"},
     // Score-modification flaws (issue 25): only problems with softcap= or
     // alibi=yes can catch them.
     {PlainFlaw::softcap_before_scale, "mutant-cpu-softcap-before-scale",

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <vector>
 
 #include "flashcheck/core/values.hpp"
 #include "flashcheck/testing/backward_testbed.hpp"
@@ -273,12 +274,71 @@ void backward_linear_in_dout(Subject& subject) {
 struct BoundedRun {
   GradientRows gradients, bounds;
 };
-BoundedRun bounded_run(const BackwardTestbed& bed, const Problem& p, const Inputs& in, const HostTensor& dout) {
+BoundedRun bounded_run(const BackwardTestbed& bed, const Problem& p, const Inputs& in, const HostTensor& dout,
+                       bool gradual_underflow = false) {
   const Forward f = forward_of(p, in);
   const Gradients got = bed.call(p, BackwardInputs{in, f.handed, dout});
   return {gather_gradients(p, got, all_rows(p), all_key_rows(p)),
-          gradient_error_bounds(p, in, dout, f.exact, f.handed, got, working_dtype(bed.capabilities(), p))};
+          gradient_error_bounds(p, in, dout, f.exact, f.handed, got, working_dtype(bed.capabilities(), p),
+                                gradual_underflow)};
 }
+
+bool backward_with_f32_exponents(const Capabilities& caps) {
+  return caps.backward && (caps.dtypes.contains(DType::bf16) || caps.dtypes.contains(DType::f32));
+}
+
+// A weight P below f32's smallest normal keeps its value. One key dominates
+// every row by a logit gap just past exp's f32 underflow point (87.34): every
+// other key's P lies between 2^-126 and 2^-129, a subnormal, and its dK and dV
+// consist of those P alone. A backward that flushes them to 0 (ex2.approx.ftz:
+// a 10-minute GPU sweep found it in the mma.sync and Hopper backward kernels,
+// 2026-11-28) returns those gradients as 0, or far off. bf16 or f32 (whose
+// outputs hold the subnormals; f16's do not), unmasked and unpadded where
+// the domain allows, one query row a head: more rows put rounding errors the
+// size of the dominant key's dV into the max checks, where a 1e-38 one hides.
+void backward_subnormal_weights(Subject& subject) {
+  BackwardTestbed bed(subject);
+  const Capabilities& caps = bed.capabilities();
+  std::vector<DType> dtypes;
+  for (DType t : {DType::bf16, DType::f32})
+    if (caps.dtypes.contains(t)) dtypes.push_back(t);
+  const DType dtype = *rc::gen::elementOf(dtypes);
+  // P = 2^-126.2, 2^-127 and 2^-128 (87.34 is 2^-126), the rows' noise around them.
+  const double gap = *rc::gen::element(87.5, 88.0, 88.7);
+  // By value: RapidCheck maps again when it shows a shrunk case, after this returns.
+  const bool unmask = caps.masks.contains(MaskKind::none);
+  const std::int64_t rows = caps.seqlen_q_multiple, keys = std::max<std::int64_t>(2, caps.seqlen_kv_multiple);
+  const Problem p = bed.draw(rc::gen::map(bed.problems({.allow_special_values = false}), [=](Problem q) {
+    q = unpadded(q);
+    if (unmask) q = unmasked(q);
+    q.dtype = dtype;
+    q.seqlen_q = rows;
+    q.seqlen_kv = std::max(q.seqlen_kv, keys);  // a key beside the dominant one
+    q.values = ValueDist{ValueFamily::dominant, {gap}};
+    q.softmax_scale = default_softmax_scale(q.head_dim);  // where dominant places its logits
+    // dO without exact zeros: sparse_int's can zero a lone row's dO, and with
+    // it every gradient this property is about.
+    if (q.dout.family == ValueFamily::sparse_int) q.dout = ValueDist{ValueFamily::normal, {0.0, 1.0}};
+    return q;
+  }));
+  bed.initialize(p);  // every row within k_g x baseline + floor of the f64 oracle
+  // No vacuous pass: the oracle has gradients made of subnormal weights
+  // (nonzero, below 2^-100) to compare.
+  const auto tiny = [](const std::vector<double>& g) {
+    return std::count_if(g.begin(), g.end(), [](double x) { return x != 0 && std::fabs(x) < 0x1p-100; });
+  };
+  RC_ASSERT(tiny(bed.reference().dv) + tiny(bed.reference().dk) > 0);
+  // The rule's max checks take one floor for a whole gradient, set by its
+  // largest terms: the dominant key's (P = 1, logits near 700) put it near
+  // 1e-3, where a flushed 1e-38 hides, unless the judge samples the key rows
+  // and leaves the dominant one out (how the GPU sweep saw it). Each element
+  // is therefore also held to its own derived bound (gradient_error_bounds:
+  // the roundings a subject may make in that element's sums), with f32's
+  // gradual underflow: the relations' bounds let an intermediate flush.
+  const BoundedRun run = bounded_run(bed, p, bed.inputs(), bed.dout(), /*gradual_underflow=*/true);
+  bed.verify("subnormal weights, element by element", p, run.gradients, bed.reference(), run.bounds, {&p});
+}
+
 
 // The rows a change of the inputs must leave alone, from a run on `before`
 // and one on `after`: bitwise where the subject declares its backward
@@ -514,6 +574,9 @@ const std::vector<SubjectProperty>& backward_properties() {
        has_backward, backward_batch_and_head_independence},
       {"BackwardPaddedEqualsTrimmed", "each sequence of a padded batch has the gradients of that sequence alone",
        backward_varlen, backward_padded_equals_trimmed},
+      {"BackwardSubnormalWeights",
+       "one dominant key, the others' P subnormal in f32 (2^-126 to 2^-129): their dK and dV kept, not flushed to 0",
+       backward_with_f32_exponents, backward_subnormal_weights},
       {"BackwardDeterministic",
        "declared deterministic: bitwise over 4 calls; otherwise every rerun within the rule's bound",
        has_backward, backward_deterministic},

@@ -383,8 +383,9 @@ double gamma(double n, double u) { return n * u / (1 - n * u); }
 // The underflow floors of the derivation above: eta for an f32 result, eta_w
 // for one rounded to the working dtype.
 struct Underflow {
-  explicit Underflow(DType working)
-      : eta(min_normal(DType::f32)), eta_w(std::max(eta, min_subnormal(working) / 2)) {}
+  explicit Underflow(DType working, bool gradual = false)
+      : eta(gradual ? min_subnormal(DType::f32) / 2 : min_normal(DType::f32)),
+        eta_w(std::max(eta, min_subnormal(working) / 2)) {}
   double eta, eta_w;
   /// dS_ij's absolute floor, with |x| + |e| its factor dP - D and that's error and delta dS's relative rounding.
   double ds(double x_plus_e, double delta) const { return eta_w * (x_plus_e * (1 + delta) + 1) + 3 * eta; }
@@ -560,11 +561,11 @@ GradientSums gradient_sums(const Problem& p, const Inputs& in, const HostTensor&
 
 GradientRows gradient_error_bounds(const Problem& p, const Inputs& in, const HostTensor& dout,
                                    const AttentionRows& exact, const Outputs& handed, const Gradients& got,
-                                   DType working) {
+                                   DType working, bool gradual_underflow) {
   constexpr double u64 = 0x1p-53;
   const double u = unit_roundoff(DType::f32), uw = unit_roundoff(working), uo = unit_roundoff(p.dtype);
   const double so = min_subnormal(p.dtype);
-  const Underflow floors(working);
+  const Underflow floors(working, gradual_underflow);
   const double scale = p.softmax_scale;
   const std::int64_t d = p.head_dim, dv = p.head_dim_v;
   GradientRows bounds = all_gradient_rows(p);

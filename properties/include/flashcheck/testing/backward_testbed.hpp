@@ -181,9 +181,13 @@ GradientSums gradient_sums(const Problem& problem, const Inputs& inputs, const H
 /// as an error of dS): what the relations between two runs of a subject
 /// allow, the sum of the two runs' bounds, with no tolerance rule and no
 /// gradient oracle. Padding rows and fully masked rows get 0.
+/// Each f32 intermediate may underflow by up to f32's smallest normal (a
+/// flush to zero) unless `gradual_underflow`: then by half its smallest
+/// subnormal, as IEEE arithmetic without -ftz does (the subnormal weights'
+/// property holds subjects to that).
 GradientRows gradient_error_bounds(const Problem& problem, const Inputs& inputs, const HostTensor& dout,
                                    const AttentionRows& exact, const Outputs& handed, const Gradients& got,
-                                   DType working);
+                                   DType working, bool gradual_underflow = false);
 
 /// The smallest non-zero magnitude, in f64, of the terms a backward sums (P dO,
 /// dO V, dO O, scale P (dP - D) Q and K) over the visible pairs of

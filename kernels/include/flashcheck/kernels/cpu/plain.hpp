@@ -33,6 +33,7 @@ enum class PlainFlaw {
   bwd_masked_keys_in_dk,     // masked keys' dS (P of the unmasked softmax) added into dK
   bwd_delta_low_precision,   // D_i = rowsum(dO o O) accumulated in the storage dtype, not f32
   bwd_d256_only_wrong,       // at d = 256 the last column of dQ is left at 0
+  bwd_p_flushed,             // P below f32's smallest normal (2^-126) flushed to 0, as ex2.approx.ftz does
   // Score-modification flaws (issue 25's bug classes), in both passes:
   softcap_before_scale,      // C tanh(q.k / C) scaled afterwards, not C tanh(scale q.k / C)
   alibi_top_left,            // ALiBi's bias -slope |i - j|, top-left aligned, not bottom-right
