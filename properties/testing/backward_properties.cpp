@@ -576,7 +576,7 @@ const std::vector<SubjectProperty>& backward_properties() {
        backward_varlen, backward_padded_equals_trimmed},
       {"BackwardSubnormalWeights",
        "one dominant key, the others' P subnormal in f32 (2^-126 to 2^-129): their dK and dV kept, not flushed to 0",
-       backward_with_f32_exponents, backward_subnormal_weights},
+       backward_with_f32_exponents, backward_subnormal_weights, 1.0, /*end_to_end=*/true},
       {"BackwardDeterministic",
        "declared deterministic: bitwise over 4 calls; otherwise every rerun within the rule's bound",
        has_backward, backward_deterministic},
