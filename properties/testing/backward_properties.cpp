@@ -283,8 +283,10 @@ BoundedRun bounded_run(const BackwardTestbed& bed, const Problem& p, const Input
                                 gradual_underflow)};
 }
 
-bool backward_with_f32_exponents(const Capabilities& caps) {
-  return caps.backward && (caps.dtypes.contains(DType::bf16) || caps.dtypes.contains(DType::f32));
+// A subject that declares it may flush subnormals (cuDNN) is not held to them.
+bool backward_keeping_subnormals(const Capabilities& caps) {
+  return caps.backward && !caps.may_flush_subnormals &&
+         (caps.dtypes.contains(DType::bf16) || caps.dtypes.contains(DType::f32));
 }
 
 // A weight P below f32's smallest normal keeps its value. One key dominates
@@ -575,8 +577,9 @@ const std::vector<SubjectProperty>& backward_properties() {
       {"BackwardPaddedEqualsTrimmed", "each sequence of a padded batch has the gradients of that sequence alone",
        backward_varlen, backward_padded_equals_trimmed},
       {"BackwardSubnormalWeights",
-       "one dominant key, the others' P subnormal in f32 (2^-126 to 2^-129): their dK and dV kept, not flushed to 0",
-       backward_with_f32_exponents, backward_subnormal_weights, 1.0, /*end_to_end=*/true},
+       "one dominant key, the others' P subnormal in f32 (2^-126 to 2^-129): their dK and dV kept, each element within "
+       "its derived bound (not for a subject that may flush subnormals)",
+       backward_keeping_subnormals, backward_subnormal_weights, 1.0, /*end_to_end=*/true},
       {"BackwardDeterministic",
        "declared deterministic: bitwise over 4 calls; otherwise every rerun within the rule's bound",
        has_backward, backward_deterministic},
