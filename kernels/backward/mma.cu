@@ -53,9 +53,9 @@
 // At d = 64 the dQ block asks for three blocks an SM (168 registers, 4 bytes
 // spilled): 4.17 -> 3.91 ms in a build beside version 4's, but 4.14 ms in the
 // tree below (one call each, not explained yet). P keeps its subnormals
-// (exp2_keeping_subnormals, ex2.approx without .ftz): a 10-minute GPU sweep
-// found dK and dV of keys whose every P lies below 2^-126 flushed to 0 (one
-// dominant key, logit gaps near 87; dK 34 times the floor); 0-3% slower.
+// (ex2.approx without .ftz; version 6 keeps them cheaper): a 10-minute GPU
+// sweep found dK and dV of keys whose every P lies below 2^-126 flushed to 0
+// (one dominant key, logit gaps near 87; dK 34 times the floor); 0-3% slower.
 // Final tree (H100, 2026-11-28, one call, det / atomic ms): d=128 7.98 /
 // 6.67, causal 5.49 / 5.47; d=64 4.14 / 3.51, causal 2.86 / 2.76; d=256
 // 9.06 / 8.49, causal 5.34 / 5.26.

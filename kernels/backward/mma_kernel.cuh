@@ -313,9 +313,8 @@ __device__ __forceinline__ void add_dq_atomic(float* dq_rows, int valid_rows, st
 
 /// What a step's rows tell the P computation: log2(e) LSE_i - kExp2Shift (so
 /// that S scale log2(e) - lse_log2 is P's exponent shifted, for
-/// exp2_shifted_keeping_subnormals), D_i, and the
-/// keys the row sees (empty past the sequence and for rows that see no key,
-/// LSE = -inf: no gradient).
+/// exp2_shifted_keeping_subnormals), D_i, and the keys the row sees (empty
+/// past the sequence and for rows that see no key, LSE = -inf: no gradient).
 struct RowInfo {
   float lse_log2, delta;
   KeyRange keys;

@@ -34,9 +34,11 @@ __device__ __forceinline__ float fast_exp2(float x) {
 /// and dV where every P of the key is that small (one dominant key at logit
 /// gaps near 87; a GPU sweep found dK 34 times the floor, 2026-11-28), while
 /// the forward's O never sees it.
-inline constexpr float kExp2Shift = 24.0f;
+inline constexpr int kExp2ShiftBits = 24;
+inline constexpr float kExp2Shift = kExp2ShiftBits;
 __device__ __forceinline__ float exp2_shifted_keeping_subnormals(float x_plus_shift) {
-  return fast_exp2(x_plus_shift) * 0x1p-24f;
+  constexpr float kUnshift = 1.0f / static_cast<float>(1 << kExp2ShiftBits);  // 2^-24, exact
+  return fast_exp2(x_plus_shift) * kUnshift;
 }
 
 /// Two floats rounded (to nearest even) to T and packed, `low` in the low half.
