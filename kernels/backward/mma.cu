@@ -59,7 +59,7 @@
 // Final tree (H100, 2026-11-28, one call, det / atomic ms): d=128 7.98 /
 // 6.67, causal 5.49 / 5.47; d=64 4.14 / 3.51, causal 2.86 / 2.76; d=256
 // 9.06 / 8.49, causal 5.34 / 5.26.
-// Version 6 (this one), what changed from version 5 and why: P keeps its
+// Version 6 (commit f4d74e0), what changed from version 5 and why: P keeps its
 // subnormals at one FMUL more than the flushing exp2, not about six
 // (exp2_shifted_keeping_subnormals: 24 folded into the row's log2(e) LSE, the
 // exact 2^-24 multiply after ex2.approx.ftz). Predicted det d = 64 3.9-4.0 ms
@@ -67,6 +67,15 @@
 // of each tree in one call, det / atomic ms): d=128 8.13 -> 7.89 / 6.67 ->
 // 6.62, d=64 4.22 -> 4.03 / 3.54 -> 3.52 (det 1.145x the atomic), d=256
 // 9.25 -> 9.03 / 8.52 -> 8.33; causal 0-3% faster (docs/perf.md).
+// Version 7 (this one), what changed from version 6 and why: the dK/dV
+// kernel's S^T and dP^T products unroll their 2 to 4 k-steps of 32 columns
+// (product_abt's kUnroll), so ptxas issues the next step's ldmatrix under
+// this step's mma; versions 1-5 spilled unrolled, version 6's registers fit
+// (244-252, no spill). Predicted 0-5% on the dK/dV kernel; measured on an
+// H200 (2026-11-28, one call, v6 -> v7, atomic / det ms): d=128 6.65 -> 6.30
+// / 7.85 -> 7.39, d=64 3.52 -> 3.41 / 4.04 -> 3.94, d=256 8.39 -> 8.26 /
+// 9.01 -> 9.03; causal d <= 128 3-5% faster, d = 256 unchanged. The dQ
+// kernel's loop unrolled twice measured no change (docs/perf.md).
 // What it does, on one stream:
 //   1. D_i = rowsum(dO_i o O_i) in f32, D / 8 threads a row.
 //   2. dK, dV: a block per 128 keys (64 at d = 256) of one (batch, K/V head),

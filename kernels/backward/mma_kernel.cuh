@@ -108,13 +108,16 @@ __device__ __forceinline__ std::uint32_t ds_offset(int row, int col) {
 /// b0, b1 of the second: B stored [n][k] reads as a B fragment without
 /// .trans). S^T = K Q^T and dP^T = V dO^T (dK/dV kernel), S = Q K^T and
 /// dP = dO V^T (dQ kernel).
-template <typename T, int D, int kCols, int kTilesN>
+/// kUnroll: how many 32-column steps ptxas may interleave. The dK/dV kernel
+/// unrolls its 2 to 4 steps (version 7: the next step's ldmatrix issue under
+/// this one's mma, 3-5% faster at d <= 128, 244-252 registers, no spill; it
+/// spilled when versions 1-5 held more registers); the dQ kernel's loop stays
+/// rolled (unrolled twice: no measured change, docs/perf.md).
+template <typename T, int D, int kCols, int kTilesN, int kUnroll = 1>
 __device__ __forceinline__ void product_abt(float (&c)[kTilesN][4], std::uint32_t a_tile, int a_row0,
                                             std::uint32_t b_tile, int c0) {
   const int lane = threadIdx.x % 32;
-  // Not unrolled: unrolled, ptxas hoists the later k-steps' ldmatrix into
-  // registers, and beside dK and dV (128 registers at d = 128) that spilled.
-#pragma unroll 1
+#pragma unroll kUnroll
   for (int kk = c0 / 32; kk < (c0 + kCols) / 32; ++kk) {
     std::uint32_t a[2][4];
 #pragma unroll
@@ -464,7 +467,7 @@ __global__ void __launch_bounds__(32 * KvShape<D>::kKeyWarps * KvShape<D>::kSpli
       // S^T = K Q^T, then P^T in place: element e of n-tile nt is key
       // warp_key0 + g + 8 (e / 2), query column nt * 8 + 2t + e % 2.
       float p[kTilesQ][4] = {};
-      product_abt<T, D, kCols, kTilesQ>(p, k_tile, key_warp * 16, q_tile, c0);
+      product_abt<T, D, kCols, kTilesQ, kCols / 32>(p, k_tile, key_warp * 16, q_tile, c0);
       if constexpr (kSplit > 1) add_partner(p, exchange_s, warp, partner, pair_barrier);
       [[maybe_unused]] float p_unmasked[kFlaw == MmaBackwardFlaw::masked_keys_in_dk ? kTilesQ : 1][4];
 #pragma unroll
@@ -486,7 +489,7 @@ __global__ void __launch_bounds__(32 * KvShape<D>::kKeyWarps * KvShape<D>::kSpli
 
       // dP^T = V dO^T, then dS^T = P^T o (dP^T - D_i) in place.
       float ds[kTilesQ][4] = {};
-      product_abt<T, D, kCols, kTilesQ>(ds, v_tile, key_warp * 16, do_tile, c0);
+      product_abt<T, D, kCols, kTilesQ, kCols / 32>(ds, v_tile, key_warp * 16, do_tile, c0);
       if constexpr (kSplit > 1) add_partner(ds, exchange_dp, warp, partner, pair_barrier);
 #pragma unroll
       for (int nt = 0; nt < kTilesQ; ++nt)
