@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Replays the GPU regression cases: every problem line of a regressions file
 must pass `flashcheck run` on each subject named by the `# subjects: a,b,...`
-line above it.
+line above it. A line runs once on all its subjects (one process: the f64
+oracle and the references are computed once, not once a subject), and each
+subject's verdict is read from the run's records: a subject passes only with
+a record whose verdict is `pass`.
 
 Usage: regressions_test.py PATH/TO/flashcheck PATH/TO/regressions.problems
 
@@ -11,10 +14,13 @@ device's is skipped alone, and said so. A subject the binary does not know, in
 a build that has a GPU, is a failure (a renamed kernel must not silence its
 regression case). Under a ctest resource allocation (CTEST_RESOURCE_GROUP_0_GPUS
 "id:N,slots:1") the runs see that device only."""
+import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
+import time
 
 SKIP = 77
 
@@ -61,6 +67,22 @@ def inventory(binary, env):
     return (max(capabilities) if capabilities else None), (none.group(1) if none else "no GPU listed"), gpu_subjects
 
 
+def replay(binary, subjects, line, env):
+    """Runs `line` on `subjects` in one `flashcheck run`: ({subject: verdict}
+    from its records, the finished process)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        records = os.path.join(scratch, "records.jsonl")
+        command = [binary, "run", "--no-peer", "-q", "-s", ",".join(subjects), "-p", line, "--record", records]
+        run = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
+        verdicts = {}
+        if os.path.exists(records):
+            with open(records, encoding="utf-8") as f:
+                for text in f:
+                    record = json.loads(text)
+                    verdicts[record["subject"]] = record["verdict"]
+    return verdicts, run
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: regressions_test.py PATH/TO/flashcheck PATH/TO/regressions.problems")
@@ -88,15 +110,22 @@ def main():
             else:
                 runnable.append(subject)
         for line in lines:
+            if not runnable:
+                continue
+            started = time.monotonic()
+            verdicts, run = replay(binary, runnable, line, env)
+            seconds = time.monotonic() - started
             for subject in runnable:
-                command = [binary, "run", "--no-peer", "-s", subject, "-p", line]
-                run = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
                 ran += 1
-                verdict = "PASS" if run.returncode == 0 else f"FAIL (exit {run.returncode})"
-                print(f"{verdict}  {subject:<18} {line}")
-                if run.returncode != 0:
-                    print(run.stdout + run.stderr)
+                verdict = verdicts.get(subject, f"no record (exit {run.returncode})")
+                print(f"{'PASS' if verdict == 'pass' else 'FAIL (' + verdict + ')'}  {subject:<18} {line}")
+                if verdict != "pass":
                     failed.append(f"{subject}: {line}   replay: flashcheck run -s {subject} -p '{line}'")
+            print(f"  ({len(runnable)} subject(s) in one run, {seconds:.1f} s)")
+            if run.returncode != 0 or any(verdicts.get(s) != "pass" for s in runnable):
+                print(run.stdout + run.stderr)
+                if run.returncode != 0 and all(verdicts.get(s) == "pass" for s in runnable):
+                    failed.append(f"{','.join(runnable)}: {line}   exit {run.returncode} with every verdict pass")
     for s in sorted(set(skipped)):
         print(f"skipped: {s}")
     if failed:
