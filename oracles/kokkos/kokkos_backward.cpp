@@ -76,6 +76,13 @@ Kokkos::View<int*, Space> finite_rows(const DeviceRows<Space>& tensor, const cha
   return finite;
 }
 
+// Query rows a chunk of the row kernels holds: pair_budget (row, key) pairs, at least one row.
+std::int64_t chunk_rows(const Problem& p, std::int64_t pair_budget) {
+  if (pair_budget < 1) throw std::invalid_argument("Kokkos gradients: pair_budget must be at least 1");
+  const std::int64_t rows = p.batch * p.heads_q * p.seqlen_q;
+  return std::max<std::int64_t>(1, std::min(rows, pair_budget / std::max<std::int64_t>(1, p.seqlen_kv)));
+}
+
 // Runs a team kernel with the tiling's team size (or the most the kernel allows).
 template <class Space, class Kernel>
 void launch(const char* label, const Kernel& kernel, std::int64_t team_size) {
@@ -92,7 +99,8 @@ void launch(const char* label, const Kernel& kernel, std::int64_t team_size) {
 // key rows of `kv_position`, as cpu_f64_gradients takes them.
 template <class Space>
 void conditioning(const Problem& p, const ka::GradientOperands& operands, const DeviceRows<Space>& k,
-                  const RowSet& q_rows, const Kokkos::View<std::int64_t*, Space>& kv_position, GradientRows& out) {
+                  const RowSet& q_rows, const Kokkos::View<std::int64_t*, Space>& kv_position, std::int64_t pair_budget,
+                  GradientRows& out) {
   using Flat = Kokkos::View<double*, Space>;
   const std::int64_t keys = p.batch * p.heads_kv * p.seqlen_kv, rows = p.batch * p.heads_q * p.seqlen_q;
   const Flat k_max("k_max", extent(keys)), k_norm("k_norm", extent(keys));
@@ -108,8 +116,20 @@ void conditioning(const Problem& p, const ka::GradientOperands& operands, const 
                                    ka::device_array<double>(row_shift),
                                    ka::device_array<double>(row_q_max),
                                    ka::device_array<double>(row_do_max)};
-  Kokkos::parallel_for("flashcheck::kokkos::row_conditioning", Kokkos::RangePolicy<Space>(0, rows),
-                       ka::RowConditioning<Space>{c, ka::device_array<double>(w_dq), ka::device_array<double>(x_dq)});
+  // Per chunk of query rows: each (row, key) pair's P and dP in parallel, then the rows' sums in key order.
+  const std::int64_t chunk = chunk_rows(p, pair_budget);
+  const Kokkos::View<double**, Kokkos::LayoutRight, Space> probability("pair_p", extent(chunk), extent(p.seqlen_kv)),
+      dprobability("pair_dp", extent(chunk), extent(p.seqlen_kv));
+  for (std::int64_t row0 = 0; row0 < rows; row0 += chunk) {
+    const ka::RowChunk part{row0, std::min(chunk, rows - row0)};
+    Kokkos::parallel_for("flashcheck::kokkos::conditioning_pairs", Kokkos::RangePolicy<Space>(0, part.rows * p.seqlen_kv),
+                         ka::ConditioningPairs<Space>{c, part, ka::device_array<double>(probability),
+                                                      ka::device_array<double>(dprobability)});
+    Kokkos::parallel_for("flashcheck::kokkos::row_conditioning", Kokkos::RangePolicy<Space>(0, part.rows),
+                         ka::RowConditioning<Space>{c, part, ka::device_array<const double>(probability),
+                                                    ka::device_array<const double>(dprobability),
+                                                    ka::device_array<double>(w_dq), ka::device_array<double>(x_dq)});
+  }
   const std::int64_t kv_rows = static_cast<std::int64_t>(kv_position.extent(0));
   const Kokkos::View<double****, Kokkos::LayoutRight, Space> sums("key_terms", extent(p.batch), extent(p.heads_kv),
                                                                   extent(kv_rows), 5);
@@ -141,7 +161,7 @@ void conditioning(const Problem& p, const ka::GradientOperands& operands, const 
 
 template <class Space>
 GradientRows algorithm2(const Problem& p, const Inputs& in, const HostTensor& dout, const RowSet& q_rows,
-                        const RowSet& kv_rows, KokkosTiling requested, bool with_condition) {
+                        const RowSet& kv_rows, KokkosTiling requested, bool with_condition, std::int64_t pair_budget) {
   const KokkosTiling tiling = fit_gradients<Space>(p, requested);
   GradientRows out(p, q_rows, kv_rows);
   if (p.batch == 0 || (q_rows.size() == 0 && kv_rows.size() == 0)) return out;
@@ -227,7 +247,7 @@ GradientRows algorithm2(const Problem& p, const Inputs& in, const HostTensor& do
     query_blocks.prepare();
     launch<Space>("flashcheck::kokkos::query_block_gradient", query_blocks, tiling.team_size);
   }
-  if (with_condition) conditioning<Space>(p, operands, k, q_rows, kv_position, out);
+  if (with_condition) conditioning<Space>(p, operands, k, q_rows, kv_position, pair_budget, out);
   Kokkos::fence();
 
   // GradientRows has the kernels' order: [b][h][row][d or dv].
@@ -243,7 +263,7 @@ GradientRows algorithm2(const Problem& p, const Inputs& in, const HostTensor& do
 // steps), dQ on `q_rows`, dK and dV on `kv_rows`.
 template <class Space>
 GradientRows rounded_backward(const Problem& p, const Inputs& in, const HostTensor& dout, const RowSet& q_rows,
-                              const RowSet& kv_rows, DType working) {
+                              const RowSet& kv_rows, DType working, std::int64_t pair_budget) {
   GradientRows out(p, q_rows, kv_rows);
   if (p.batch == 0 || (q_rows.size() == 0 && kv_rows.size() == 0)) return out;
   const RowGeometry<Space> geometry(p, all_rows(p));
@@ -283,9 +303,27 @@ GradientRows rounded_backward(const Problem& p, const Inputs& in, const HostTens
   }
   using Rows = Kokkos::View<float****, Kokkos::LayoutRight, Space>;
   const Rows dq("dq", extent(p.batch), extent(p.heads_q), extent(q_rows.size()), extent(p.head_dim));
-  Kokkos::parallel_for("flashcheck::kokkos::rounded_row_gradients", Kokkos::RangePolicy<Space>(0, rows),
-                       ka::RoundedRowGradients<Space>{r, ka::device_array<const std::int64_t>(dq_slot),
-                                                      ka::device_array<float>(dq)});
+  // Per chunk of query rows: each (row, key) pair's logit and dP in parallel, the rows' scans in key
+  // order, then each dQ column's sum in key order.
+  const std::int64_t chunk = chunk_rows(p, pair_budget);
+  using Pairs = Kokkos::View<float**, Kokkos::LayoutRight, Space>;
+  const Pairs logit("pair_logit", extent(chunk), extent(p.seqlen_kv)),
+      dprobability("pair_dp", extent(chunk), extent(p.seqlen_kv)),
+      tanh_value("pair_tanh", extent(p.softcap > 0 ? chunk : 0), extent(p.softcap > 0 ? p.seqlen_kv : 0));
+  for (std::int64_t row0 = 0; row0 < rows; row0 += chunk) {
+    const ka::RowChunk part{row0, std::min(chunk, rows - row0)};
+    Kokkos::parallel_for("flashcheck::kokkos::rounded_pairs", Kokkos::RangePolicy<Space>(0, part.rows * p.seqlen_kv),
+                         ka::RoundedPairs<Space>{r, part, ka::device_array<float>(logit), ka::device_array<float>(tanh_value),
+                                                 ka::device_array<float>(dprobability)});
+    Kokkos::parallel_for("flashcheck::kokkos::rounded_row_state", Kokkos::RangePolicy<Space>(0, part.rows),
+                         ka::RoundedRowState<Space>{r, part, ka::device_array<const std::int64_t>(dq_slot),
+                                                    ka::device_array<float>(logit), ka::device_array<const float>(tanh_value),
+                                                    ka::device_array<const float>(dprobability)});
+    if (q_rows.size() > 0)
+      Kokkos::parallel_for("flashcheck::kokkos::rounded_row_dq", Kokkos::RangePolicy<Space>(0, part.rows * p.head_dim),
+                           ka::RoundedRowDq<Space>{r, part, ka::device_array<const std::int64_t>(dq_slot),
+                                                   ka::device_array<const float>(logit), ka::device_array<float>(dq)});
+  }
   // Per key row: dK and dV.
   const auto kv_position = positions<Space>(kv_rows, "kv_position");
   const Rows dk("dk", extent(p.batch), extent(p.heads_kv), extent(kv_rows.size()), extent(p.head_dim)),
@@ -314,9 +352,10 @@ template <class Space>
 constexpr bool gradient_kernels_hold_no_view =
     std::is_trivially_copyable_v<ka::KeyBlockGradients<Space>> &&
     std::is_trivially_copyable_v<ka::QueryBlockGradient<Space>> && std::is_trivially_copyable_v<ka::RowDelta<Space>> &&
-    std::is_trivially_copyable_v<ka::KeyMagnitudes<Space>> && std::is_trivially_copyable_v<ka::RowConditioning<Space>> &&
-    std::is_trivially_copyable_v<ka::KeyConditioning<Space>> &&
-    std::is_trivially_copyable_v<ka::RoundedRowGradients<Space>> &&
+    std::is_trivially_copyable_v<ka::KeyMagnitudes<Space>> && std::is_trivially_copyable_v<ka::ConditioningPairs<Space>> &&
+    std::is_trivially_copyable_v<ka::RowConditioning<Space>> && std::is_trivially_copyable_v<ka::KeyConditioning<Space>> &&
+    std::is_trivially_copyable_v<ka::RoundedPairs<Space>> && std::is_trivially_copyable_v<ka::RoundedRowState<Space>> &&
+    std::is_trivially_copyable_v<ka::RoundedRowDq<Space>> &&
     std::is_trivially_copyable_v<ka::RoundedKeyGradients<Space>>;
 static_assert(gradient_kernels_hold_no_view<Kokkos::DefaultHostExecutionSpace>, "a Kokkos gradient kernel holds a View");
 #ifdef KOKKOS_ENABLE_CUDA
@@ -335,22 +374,25 @@ KokkosTiling kokkos_fitted_gradient_tiling(const Problem& problem, KokkosTiling 
 
 GradientRows kokkos_gradients(const Problem& problem, const Inputs& inputs, const HostTensor& dout,
                               const RowSet& q_rows, const RowSet& kv_rows, KokkosTiling tiling, KokkosSpace space,
-                              bool with_condition) {
+                              bool with_condition, std::int64_t pair_budget) {
   require_runtime(space);
 #ifdef KOKKOS_ENABLE_CUDA
   if (space == KokkosSpace::device)
-    return algorithm2<Kokkos::Cuda>(problem, inputs, dout, q_rows, kv_rows, tiling, with_condition);
+    return algorithm2<Kokkos::Cuda>(problem, inputs, dout, q_rows, kv_rows, tiling, with_condition, pair_budget);
 #endif
-  return algorithm2<Kokkos::DefaultHostExecutionSpace>(problem, inputs, dout, q_rows, kv_rows, tiling, with_condition);
+  return algorithm2<Kokkos::DefaultHostExecutionSpace>(problem, inputs, dout, q_rows, kv_rows, tiling, with_condition,
+                                                       pair_budget);
 }
 
 GradientRows kokkos_gradient_baseline(const Problem& problem, const Inputs& inputs, const HostTensor& dout,
-                                      const RowSet& q_rows, const RowSet& kv_rows, DType working, KokkosSpace space) {
+                                      const RowSet& q_rows, const RowSet& kv_rows, DType working, KokkosSpace space,
+                                      std::int64_t pair_budget) {
   require_runtime(space);
 #ifdef KOKKOS_ENABLE_CUDA
-  if (space == KokkosSpace::device) return rounded_backward<Kokkos::Cuda>(problem, inputs, dout, q_rows, kv_rows, working);
+  if (space == KokkosSpace::device)
+    return rounded_backward<Kokkos::Cuda>(problem, inputs, dout, q_rows, kv_rows, working, pair_budget);
 #endif
-  return rounded_backward<Kokkos::DefaultHostExecutionSpace>(problem, inputs, dout, q_rows, kv_rows, working);
+  return rounded_backward<Kokkos::DefaultHostExecutionSpace>(problem, inputs, dout, q_rows, kv_rows, working, pair_budget);
 }
 
 }  // namespace flashcheck

@@ -3,16 +3,23 @@
 // (kokkos_gradient_kernels.hpp):
 //   - the conditioning of the f64 gradients (GradientRows::dq_terms_max and
 //     the rest, core/gradients.hpp), which the tolerance's gradient floor
-//     scales with: RowConditioning per query row, then KeyConditioning per
-//     key row, each recomputing the logits it needs in f64;
+//     scales with: ConditioningPairs per (query row, key) of a chunk of rows,
+//     RowConditioning per query row, then KeyConditioning per key row;
 //   - the same-precision baseline, the plain backward rounded to the working
 //     dtype after each step as cpu_lowp_gradients does it (the same steps in
 //     the same order, so that on the host both give the same bits):
-//     RoundedRowGradients per query row (the row's softmax state, D and dQ),
-//     then RoundedKeyGradients per key row (dK and dV, summed over the rows in
-//     index order, each head's sum rounded, then the group's).
-// A key's work recomputes each (row, key) pair's logit and dP with the same
-// inline code as the row's work: the same bits on the same space. The f32
+//     RoundedPairs per (query row, key) of a chunk of rows, RoundedRowState
+//     per query row (the row's softmax state, D, and its dS), RoundedRowDq
+//     per (query row, column), then RoundedKeyGradients per key row (dK and
+//     dV, summed over the rows in index order, each head's sum rounded, then
+//     the group's).
+// A row's keys are many where its work items are few (a decode row walks
+// 262144 keys): the pair kernels do each pair's dot products in parallel into
+// a chunk's [rows][seqlen_kv] arrays, and the row kernels keep only their
+// scans, in key order, one work item a row (or a row's dQ column), so the
+// sums keep cpu_lowp's order. A key's work recomputes each (row, key) pair's
+// logit and dP with the same inline code as the pair kernels: the same bits
+// on the same space. The f32
 // products and sums are never fused (multiply_rounded / add_rounded on a GPU,
 // -ffp-contract=off on the host). A private header of oracles/kokkos: only
 // Kokkos and the two kernel headers are included.
@@ -80,18 +87,49 @@ struct ConditioningOperands {
   }
 };
 
-/// Per (batch, query head, query row): the row's state for KeyConditioning,
-/// and its dQ terms, as cpu_f64_gradients takes them:
-///   w_dq = scale sum_j g_ij max_c|K_jc|,  x_dq = scale sum_j g_ij e_ij max_c|K_jc|,
-/// g_ij = P_ij (|dP_ij| + |D_i|), e_ij = a_ij + A_i + |LSE_i| (non-finite
-/// terms count 0). Padding and fully masked rows have no terms.
+/// A chunk of query rows [row0, row0 + rows) (flat (b heads + h) seqlen_q + i)
+/// and the (row, key) pairs of each row's visible keys: [rows][seqlen_kv],
+/// the pair's values at [row - row0][j] (a masked pair's slot left unset).
+struct RowChunk {
+  std::int64_t row0 = 0, rows = 0;
+};
+
+/// Per (query row of a chunk, key): P_ij and dP_ij in f64 (ConditioningOperands::pair).
 template <class Space>
-struct RowConditioning {
+struct ConditioningPairs {
   ConditioningOperands c;
-  DeviceArray<double, 1> w_dq, x_dq;  // flat as the row state
+  RowChunk chunk;
+  DeviceArray<double, 2> probability, dprobability;  // [chunk rows][seqlen_kv]
 
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t index) const {
     const GradientOperands& in = c.in;
+    const std::int64_t r = index / in.g.seqlen_kv, j = index % in.g.seqlen_kv, row = chunk.row0 + r;
+    const std::int64_t i = row % in.g.seqlen_q, h = row / in.g.seqlen_q % in.g.heads,
+                       b = row / (in.g.seqlen_q * in.g.heads);
+    const std::int64_t lq = in.len_q(b), lk = in.len_kv(b);
+    std::int64_t begin = 0, end = 0;
+    if (i < lq) in.mask.visible_keys(i, lq, lk, begin, end);
+    if (j < begin || j >= end) return;
+    c.pair(b, h, h / in.g.group, i, j, probability(r, j), dprobability(r, j));
+  }
+};
+
+/// Per (batch, query head, query row) of a chunk: the row's state for
+/// KeyConditioning, and its dQ terms, as cpu_f64_gradients takes them:
+///   w_dq = scale sum_j g_ij max_c|K_jc|,  x_dq = scale sum_j g_ij e_ij max_c|K_jc|,
+/// g_ij = P_ij (|dP_ij| + |D_i|), e_ij = a_ij + A_i + |LSE_i| (non-finite
+/// terms count 0), P and dP from ConditioningPairs. Padding and fully masked
+/// rows have no terms.
+template <class Space>
+struct RowConditioning {
+  ConditioningOperands c;
+  RowChunk chunk;
+  DeviceArray<const double, 2> pair_probability, pair_dprobability;  // ConditioningPairs'
+  DeviceArray<double, 1> w_dq, x_dq;  // flat as the row state
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t r) const {
+    const GradientOperands& in = c.in;
+    const std::int64_t index = chunk.row0 + r;
     const std::int64_t i = index % in.g.seqlen_q, h = index / in.g.seqlen_q % in.g.heads,
                        b = index / (in.g.seqlen_q * in.g.heads), hk = h / in.g.group;
     const std::int64_t lq = in.len_q(b), lk = in.len_kv(b);
@@ -111,18 +149,15 @@ struct RowConditioning {
       if (finite(x) && magnitude(x) > do_max) do_max = magnitude(x);
     }
     const double row_c = sqrt(static_cast<double>(in.g.head_dim)) * in.scale * sqrt(q_square);
-    double a_mean = 0, probability, dprobability;
-    for (std::int64_t j = begin; j < end; ++j) {
-      c.pair(b, h, hk, i, j, probability, dprobability);
-      a_mean += probability * c.logit_terms(b, h, i, j, row_c, c.k_norm(c.key_index(b, hk, j)));
-    }
+    double a_mean = 0;
+    for (std::int64_t j = begin; j < end; ++j)
+      a_mean += pair_probability(r, j) * c.logit_terms(b, h, i, j, row_c, c.k_norm(c.key_index(b, hk, j)));
     const double lse = in.lse(b, h, i), delta = magnitude(in.delta(b, h, i));
     const double shift = a_mean + (finite(lse) ? magnitude(lse) : 0.0);
     double w = 0, x = 0;
     for (std::int64_t j = begin; j < end; ++j) {
-      c.pair(b, h, hk, i, j, probability, dprobability);
       const std::int64_t key = c.key_index(b, hk, j);
-      const double g = finite_or_0(probability * (magnitude(dprobability) + delta));
+      const double g = finite_or_0(pair_probability(r, j) * (magnitude(pair_dprobability(r, j)) + delta));
       const double e = finite_or_0(c.logit_terms(b, h, i, j, row_c, c.k_norm(key)) + shift);
       w += g * c.k_max(key);
       x += g * e * c.k_max(key);
@@ -234,53 +269,97 @@ struct RoundedOperands {
   }
 };
 
-/// Per (batch, query head, query row): the row's softmax state and D, and
-/// its dQ = round(sum_j dS'_ij K_j) (f32 sums in key order) where `dq_slot`
-/// asks for the row (-1: not asked for). Padding and fully masked rows: no
-/// state (sum 0), dQ = 0.
+/// Per (query row of a chunk, key): the rounded logit (and, with a softcap,
+/// its tanh) and dP, as RoundedOperands::logit and ::dprobability give them.
 template <class Space>
-struct RoundedRowGradients {
+struct RoundedPairs {
   RoundedOperands r;
-  DeviceArray<const std::int64_t, 1> dq_slot;  // [seqlen_q]: the row's slot in dq, or -1
-  DeviceArray<float, 4> dq;  // [batch][heads][q rows][d]
+  RowChunk chunk;
+  DeviceArray<float, 2> logit, tanh_value, dprobability;  // [chunk rows][seqlen_kv]; tanh_value only with a softcap
 
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t index) const {
-    const std::int64_t i = index % r.g.seqlen_q, h = index / r.g.seqlen_q % r.g.heads,
-                       b = index / (r.g.seqlen_q * r.g.heads), hk = h / r.g.group;
-    const std::int64_t lq = r.len_q(b), lk = r.len_kv(b), slot = dq_slot(i);
+    const std::int64_t p = index / r.g.seqlen_kv, j = index % r.g.seqlen_kv, row = chunk.row0 + p;
+    const std::int64_t i = row % r.g.seqlen_q, h = row / r.g.seqlen_q % r.g.heads, b = row / (r.g.seqlen_q * r.g.heads);
+    const std::int64_t lq = r.len_q(b), lk = r.len_kv(b);
+    std::int64_t begin = 0, end = 0;
+    if (i < lq) r.mask.visible_keys(i, lq, lk, begin, end);
+    if (j < begin || j >= end) return;
+    float t = 0;
+    logit(p, j) = r.logit(b, h, h / r.g.group, i, j, &t);
+    if (r.modify.softcap > 0) tanh_value(p, j) = t;
+    dprobability(p, j) = r.dprobability(b, h, h / r.g.group, i, j);
+  }
+};
+
+/// Per (batch, query head, query row) of a chunk: the row's softmax state
+/// and D from RoundedPairs' logits and dP (f32 sums in key order), and, where
+/// `dq_slot` asks for the row's dQ (-1: not asked for), dS'_ij written over
+/// the row's logits for RoundedRowDq. Padding and fully masked rows: no state
+/// (sum 0).
+template <class Space>
+struct RoundedRowState {
+  RoundedOperands r;
+  RowChunk chunk;
+  DeviceArray<const std::int64_t, 1> dq_slot;  // [seqlen_q]: the row's slot in dq, or -1
+  DeviceArray<float, 2> logit;                 // RoundedPairs', then dS' where the row's dQ is asked for
+  DeviceArray<const float, 2> tanh_value, dprobability;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t p) const {
+    const std::int64_t index = chunk.row0 + p;
+    const std::int64_t i = index % r.g.seqlen_q, b = index / (r.g.seqlen_q * r.g.heads);
+    const std::int64_t lq = r.len_q(b), lk = r.len_kv(b);
     r.row_max(index) = r.minus_infinity;
     r.row_sum(index) = 0;
     r.row_delta(index) = 0;
-    if (slot >= 0)
-      for (std::int64_t c = 0; c < r.g.head_dim; ++c) dq(b, h, slot, c) = 0;
     std::int64_t begin = 0, end = 0;
     if (i < lq) r.mask.visible_keys(i, lq, lk, begin, end);
     if (begin == end) return;
     float maximum = r.minus_infinity;
     bool saw_nan = false;
     for (std::int64_t j = begin; j < end; ++j) {
-      const float s = r.logit(b, h, hk, i, j);
+      const float s = logit(p, j);
       saw_nan = saw_nan || s != s;
       maximum = maximum < s ? s : maximum;
     }
     if (saw_nan) maximum = r.not_a_number;
     float sum = 0;
-    for (std::int64_t j = begin; j < end; ++j) sum = add_rounded(sum, exp(add_rounded(r.logit(b, h, hk, i, j), -maximum)));
+    for (std::int64_t j = begin; j < end; ++j) sum = add_rounded(sum, exp(add_rounded(logit(p, j), -maximum)));
     r.row_max(index) = maximum;
     r.row_sum(index) = sum;
     float delta = 0;
     for (std::int64_t j = begin; j < end; ++j)
-      delta = add_rounded(delta, multiply_rounded(r.probability(index, r.logit(b, h, hk, i, j)), r.dprobability(b, h, hk, i, j)));
+      delta = add_rounded(delta, multiply_rounded(r.probability(index, logit(p, j)), dprobability(p, j)));
     r.row_delta(index) = delta;
-    if (slot < 0) return;
+    if (dq_slot(i) < 0) return;
     for (std::int64_t j = begin; j < end; ++j) {
-      float t = 0;
-      const float logit = r.logit(b, h, hk, i, j, &t);
-      const float ds = r.dscore(index, r.probability(index, logit), r.dprobability(b, h, hk, i, j), t);
-      for (std::int64_t c = 0; c < r.g.head_dim; ++c)
-        dq(b, h, slot, c) = add_rounded(dq(b, h, slot, c), multiply_rounded(ds, r.k(b, hk, j, c)));
+      const float t = r.modify.softcap > 0 ? tanh_value(p, j) : 0.0f;
+      logit(p, j) = r.dscore(index, r.probability(index, logit(p, j)), dprobability(p, j), t);
     }
-    for (std::int64_t c = 0; c < r.g.head_dim; ++c) dq(b, h, slot, c) = round_working(r.working, dq(b, h, slot, c));
+  }
+};
+
+/// Per (query row of a chunk, column c) where `dq_slot` asks for the row:
+/// dQ_ic = round(sum_j dS'_ij K_jc), the f32 sum in key order (RoundedRowState's
+/// dS'). Padding and fully masked rows: dQ = 0.
+template <class Space>
+struct RoundedRowDq {
+  RoundedOperands r;
+  RowChunk chunk;
+  DeviceArray<const std::int64_t, 1> dq_slot;
+  DeviceArray<const float, 2> dscore;  // RoundedRowState's
+  DeviceArray<float, 4> dq;            // [batch][heads][q rows][d]
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t item) const {
+    const std::int64_t p = item / r.g.head_dim, c = item % r.g.head_dim, index = chunk.row0 + p;
+    const std::int64_t i = index % r.g.seqlen_q, h = index / r.g.seqlen_q % r.g.heads,
+                       b = index / (r.g.seqlen_q * r.g.heads), hk = h / r.g.group;
+    const std::int64_t lq = r.len_q(b), lk = r.len_kv(b), slot = dq_slot(i);
+    if (slot < 0) return;
+    std::int64_t begin = 0, end = 0;
+    if (i < lq) r.mask.visible_keys(i, lq, lk, begin, end);
+    float sum = 0;
+    for (std::int64_t j = begin; j < end; ++j) sum = add_rounded(sum, multiply_rounded(dscore(p, j), r.k(b, hk, j, c)));
+    dq(b, h, slot, c) = begin == end ? 0.0f : round_working(r.working, sum);
   }
 };
 

@@ -26,12 +26,12 @@ AttentionRows kokkos_baseline(const Problem&, const Inputs&, const RowSet&, DTyp
 KokkosTiling kokkos_fitted_gradient_tiling(const Problem&, KokkosTiling tiling, KokkosSpace) { return tiling; }
 
 GradientRows kokkos_gradients(const Problem&, const Inputs&, const HostTensor&, const RowSet&, const RowSet&, KokkosTiling,
-                              KokkosSpace, bool) {
+                              KokkosSpace, bool, std::int64_t) {
   throw std::runtime_error("the Kokkos gradient reference is not built: install libtrilinos-kokkos-dev or set Kokkos_ROOT");
 }
 
 GradientRows kokkos_gradient_baseline(const Problem&, const Inputs&, const HostTensor&, const RowSet&, const RowSet&,
-                                      DType, KokkosSpace) {
+                                      DType, KokkosSpace, std::int64_t) {
   throw std::runtime_error("the Kokkos gradient baseline is not built: install libtrilinos-kokkos-dev or set Kokkos_ROOT");
 }
 

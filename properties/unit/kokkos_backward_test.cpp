@@ -234,6 +234,10 @@ TEST(KokkosGradients, RefuseATilingOutOfRange) {
   const HostTensor dout = generate_dout(p);
   EXPECT_THROW(kokkos_gradients(p, in, dout, all_rows(p), all_key_rows(p), {0, 32}), std::invalid_argument);
   EXPECT_THROW(kokkos_gradients(p, in, dout, all_rows(p), all_key_rows(p), {64, 2048}), std::invalid_argument);
+  EXPECT_THROW(kokkos_gradients(p, in, dout, all_rows(p), all_key_rows(p), {}, KokkosSpace::host, true, 0),
+               std::invalid_argument);
+  EXPECT_THROW(kokkos_gradient_baseline(p, in, dout, all_rows(p), all_key_rows(p), p.dtype, KokkosSpace::host, 0),
+               std::invalid_argument);
 }
 
 // Non-finite inputs (NaN, +-Inf injected into Q, K, V and dO): the two
@@ -349,6 +353,12 @@ TEST(KokkosGradients, RecordTheConditioningCpuF64Records) {
     expect_same("dv_terms_max", got.dv_terms_max, want.dv_terms_max);
     expect_same("dv_logit_terms_max", got.dv_logit_terms_max, want.dv_logit_terms_max);
     expect_same("key_weight_max", got.key_weight_max, want.key_weight_max);
+    // The rows in chunks of one to a few (a pair budget of 64): the same sums in the same order.
+    const GradientRows chunked = kokkos_gradients(p, in, dout, q_rows, kv_rows, {}, KokkosSpace::host, true, 64);
+    EXPECT_EQ(chunked.dq_terms_max, got.dq_terms_max);
+    EXPECT_EQ(chunked.dq_logit_terms_max, got.dq_logit_terms_max);
+    EXPECT_EQ(chunked.dk_logit_terms_max, got.dk_logit_terms_max);
+    EXPECT_EQ(chunked.dv_logit_terms_max, got.dv_logit_terms_max);
     // Without the flag nothing is recorded, and the gradients are the same bits.
     const GradientRows plain = kokkos_gradients(p, in, dout, q_rows, kv_rows);
     EXPECT_EQ(plain.dq_terms_max, 0.0);
@@ -378,6 +388,11 @@ TEST(KokkosGradientBaseline, IsCpuLowpGradientsOnTheHost) {
       const RowSet kv_rows = sample ? sample_key_rows(p, 9, 4) : all_key_rows(p);
       const GradientRows want = cpu_lowp_gradients(p, in, dout, q_rows, kv_rows, working);
       const GradientRows got = kokkos_gradient_baseline(p, in, dout, q_rows, kv_rows, working);
+      // The rows in chunks of one to a few (a pair budget of 64): the same bits.
+      const GradientRows chunked = kokkos_gradient_baseline(p, in, dout, q_rows, kv_rows, working, KokkosSpace::host, 64);
+      EXPECT_EQ(chunked.dq, want.dq);
+      EXPECT_EQ(chunked.dk, want.dk);
+      EXPECT_EQ(chunked.dv, want.dv);
       for (const auto& [a, b] : {std::pair{&got.dq, &want.dq}, {&got.dk, &want.dk}, {&got.dv, &want.dv}}) {
         ASSERT_EQ(a->size(), b->size());
         for (std::size_t n = 0; n < a->size(); ++n) {

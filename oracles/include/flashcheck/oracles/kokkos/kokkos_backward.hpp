@@ -26,11 +26,17 @@
 // samples (docs/kokkos-cuda.md, "The backward").
 #pragma once
 
+#include <cstdint>
+
 #include "flashcheck/core/gradients.hpp"
 #include "flashcheck/core/tensor.hpp"
 #include "flashcheck/oracles/kokkos/kokkos_reference.hpp"
 
 namespace flashcheck {
+
+/// The (query row, key) pairs the Kokkos gradient kernels hold at once by
+/// default: 2^24, 256 MiB of f64 pairs.
+inline constexpr std::int64_t kKokkosPairBudget = std::int64_t{1} << 24;
 
 /// The f64 gradients by FlashAttention-2's Algorithm 2, dQ on `q_rows` and
 /// dK, dV on `kv_rows` (any sorted row sets; all_rows and all_key_rows for
@@ -45,21 +51,28 @@ namespace flashcheck {
 /// `with_condition`, the result also holds the conditioning of the gradients
 /// (GradientRows::dq_terms_max and the rest, as cpu_f64_gradients records
 /// them: dQ's over `q_rows`, dK's and dV's over `kv_rows`), by plain f64
-/// kernels of one work item per row and per key.
+/// kernels: one work item per (row, key) pair for the products, then one per
+/// row and per key for the sums. `pair_budget` bounds the pairs held at once
+/// (16 bytes each): the rows go in chunks of pair_budget / seqlen_kv, at
+/// least one (std::invalid_argument below 1).
 GradientRows kokkos_gradients(const Problem& problem, const Inputs& inputs, const HostTensor& dout,
                               const RowSet& q_rows, const RowSet& kv_rows, KokkosTiling tiling = {},
-                              KokkosSpace space = KokkosSpace::host, bool with_condition = false);
+                              KokkosSpace space = KokkosSpace::host, bool with_condition = false,
+                              std::int64_t pair_budget = kKokkosPairBudget);
 
 /// The same-precision gradient baseline of cpu_lowp_gradients (the plain
 /// backward in f32, rounded to `working` after each step) on `q_rows` and
-/// `kv_rows`, in the given space: one work item per query row (its softmax
-/// state, D and dQ), then one per key row (dK and dV over the rows in index
-/// order). On the host it gives cpu_lowp_gradients' values; on a GPU it lets
-/// a backward case be judged on every row. Throws std::runtime_error as
-/// kokkos_gradients does.
+/// `kv_rows`, in the given space: one work item per (query row, key) pair
+/// (its logit and dP), one per query row (its softmax state, D and dS, sums
+/// in key order), one per (query row, column) of dQ, then one per key row (dK
+/// and dV over the rows in index order); the pairs go in chunks of rows as
+/// kokkos_gradients' (12 bytes a pair). On the host it gives
+/// cpu_lowp_gradients' values; on a GPU it lets a backward case be judged on
+/// every row. Throws std::runtime_error as kokkos_gradients does.
 GradientRows kokkos_gradient_baseline(const Problem& problem, const Inputs& inputs, const HostTensor& dout,
                                       const RowSet& q_rows, const RowSet& kv_rows, DType working,
-                                      KokkosSpace space = KokkosSpace::host);
+                                      KokkosSpace space = KokkosSpace::host,
+                                      std::int64_t pair_budget = kKokkosPairBudget);
 
 /// The tiling kokkos_gradients will use for this problem in this space.
 KokkosTiling kokkos_fitted_gradient_tiling(const Problem& problem, KokkosTiling tiling, KokkosSpace space);
