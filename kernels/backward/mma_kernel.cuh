@@ -46,6 +46,7 @@ enum class MmaBackwardFlaw {
   masked_keys_in_dk,    // dK adds the dS of keys the mask hides (P computed without the mask)
   delta_low_precision,  // D_i = rowsum(dO o O) accumulated in the storage dtype
   d256_only_wrong,      // dQ's last column left at 0 when d = 256
+  p_flushed,            // dK/dV's P from ex2.approx.ftz: a subnormal P flushed to 0 (version 4's flaw)
 };
 
 namespace mma_bwd {
@@ -478,7 +479,9 @@ __global__ void __launch_bounds__(32 * KvShape<D>::kKeyWarps * KvShape<D>::kSpli
           const float4 row = rows[column];  // log2(e) LSE, D_i, first key, last key
           const bool live = key >= __float_as_int(row.z) && key <= __float_as_int(row.w);
           // The handed LSE is natural-log (LSE = m + log l), as rowthread's forward writes it.
-          const float weight = exp2_shifted_keeping_subnormals(fmaf(p[nt][e], scale_log2, -row.x));
+          const float shifted = fmaf(p[nt][e], scale_log2, -row.x);
+          const float weight = kFlaw == MmaBackwardFlaw::p_flushed ? fast_exp2(shifted - kExp2Shift)
+                                                                  : exp2_shifted_keeping_subnormals(shifted);
           if constexpr (kFlaw == MmaBackwardFlaw::masked_keys_in_dk)
             p_unmasked[nt][e] = key < lk && row.x != -INFINITY ? weight : 0.0f;
           p[nt][e] = live ? weight : 0.0f;
@@ -709,7 +712,8 @@ inline constexpr MmaBackwardFlaw kFlawIn = [] {
   switch (kFlaw) {
     case MmaBackwardFlaw::scale_missing_in_ds: return kPart == Part::delta ? MmaBackwardFlaw::none : kFlaw;
     case MmaBackwardFlaw::gqa_not_reduced:
-    case MmaBackwardFlaw::masked_keys_in_dk: return kPart == Part::dkdv ? kFlaw : MmaBackwardFlaw::none;
+    case MmaBackwardFlaw::masked_keys_in_dk:
+    case MmaBackwardFlaw::p_flushed: return kPart == Part::dkdv ? kFlaw : MmaBackwardFlaw::none;
     case MmaBackwardFlaw::delta_low_precision: return kPart == Part::delta ? kFlaw : MmaBackwardFlaw::none;
     case MmaBackwardFlaw::d256_only_wrong: return kPart == Part::dq && D == 256 ? kFlaw : MmaBackwardFlaw::none;
     default: return MmaBackwardFlaw::none;

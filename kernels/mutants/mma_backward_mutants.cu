@@ -47,6 +47,8 @@ struct Registrations {
         "fa2-mma-bwd-det accumulating D_i = rowsum(dO o O) in the storage dtype instead of f32");
     add<MmaBackwardFlaw::d256_only_wrong>("mutant-mma-bwd-d256-only-wrong",
                                           "fa2-mma-bwd-det leaving the last column of dQ at 0 when d = 256");
+    add<MmaBackwardFlaw::p_flushed>("mutant-mma-bwd-p-flushed",
+                                    "fa2-mma-bwd-det computing dK and dV's P with ex2.approx.ftz, a subnormal P flushed to 0");
   }
 } registrations;
 
