@@ -4,7 +4,11 @@ must pass `flashcheck run` on each subject named by the `# subjects: a,b,...`
 line above it. A line runs once on all its subjects (one process: the f64
 oracle and the references are computed once, not once a subject), and each
 subject's verdict is read from the run's records: a subject passes only with
-a record whose verdict is `pass`.
+a record whose verdict is `pass`. Each line is judged as it was when it
+failed, on the rows the judge samples (`--every-row off`): with every key row
+compared, a dominant key's own terms set the gradients' floor, and a flushed
+subnormal dK, the failure the backward lines record, hides under it
+(docs/perf.md, 2026-11-28).
 
 Usage: regressions_test.py PATH/TO/flashcheck PATH/TO/regressions.problems
 
@@ -72,7 +76,7 @@ def replay(binary, subjects, line, env):
     from its records, the finished process)."""
     with tempfile.TemporaryDirectory() as scratch:
         records = os.path.join(scratch, "records.jsonl")
-        command = [binary, "run", "--no-peer", "-q", "-s", ",".join(subjects), "-p", line, "--record", records]
+        command = [binary, "run", "--no-peer", "--every-row", "off", "-q", "-s", ",".join(subjects), "-p", line, "--record", records]
         run = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env)
         verdicts = {}
         if os.path.exists(records):
