@@ -46,7 +46,8 @@ CLI::Option* add_every_row(CLI::App& command, EveryRowMode& mode) {
           "Where a case's rows were sampled (--rows), judge it again on every row with the Kokkos reference\n"
           "and baseline on the GPU (a CUDA Kokkos, docs/kokkos-cuda.md). auto: where that can run here, else\n"
           "the sampled verdict stands and the record says why (rows_basis, every_row_unavailable); on: it must\n"
-          "run (exit 1, with one line, where it cannot); off: sampled rows only (default: auto)")
+          "run (exit 1, with one line, where it cannot); off: sampled rows only (default: auto). A case that\n"
+          "fails on its sampled rows keeps that verdict: every row finds more, it never clears a failure")
       ->check(CLI::IsMember({"off", "auto", "on"}))
       ->default_str("auto");
 }

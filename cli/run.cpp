@@ -237,7 +237,7 @@ int run_cases(const RunOptions& options) {
           fmt::print("UNAVAILABLE  {:<12} not run on this machine: {}\n", subject->name(), result.message);
         continue;
       }
-      if (options.every_row == EveryRowMode::on && !result.every_row_unavailable.empty()) {
+      if (options.every_row == EveryRowMode::on && !result.every_row_unavailable.empty() && result.verdict.pass) {
         // the device went away after the check: one line, and a failure
         fmt::print(stderr, "flashcheck: --every-row on: {} on '{}': {}\n", subject->name(), to_line(problem),
                    result.every_row_unavailable);

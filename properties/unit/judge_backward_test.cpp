@@ -304,6 +304,44 @@ TEST(JudgeBackward, EveryRowOnNoDeviceKeepsTheSampleAndSaysWhy) {
   EXPECT_EQ(nlohmann::json(to_record(fallback))["rows_basis"], "sampled");
 }
 
+// A failure on the sampled rows stands when every row is judged. The
+// regression line of the flushed subnormal P (properties/gpu/regressions.problems):
+// with every key row compared, the dominant key's terms (P = 1) set dK's
+// floor, under which the other keys' flushed dK hides; the sample, without
+// that key, sees it.
+TEST(JudgeBackward, ASampledFailureStandsWhenEveryRowIsJudged) {
+  if (!kokkos_available()) GTEST_SKIP() << "Kokkos not built";
+  const Problem p = parse_problem(
+      "b=1 hq=1 hkv=1 sq=1 skv=32768 d=64 dtype=bf16 mask=window window=32771,1 values=dominant(87.3465) pass=bwd "
+      "dout=normal(-2,0.1)");
+  CpuPlain flushed("flushed", "cpu-plain with a subnormal P flushed to 0", PlainFlaw::bwd_p_flushed);
+  JudgeOptions sampled;
+  sampled.every_row = EveryRow::off;
+  const CaseResult on_sample = judge(flushed, p, sampled);
+  ASSERT_TRUE(on_sample.failed()) << explain(on_sample);
+  ASSERT_FALSE(on_sample.on_every_row());
+  // The premise: judged on every key row from the start, the flaw passes.
+  JudgeOptions all_rows_options = sampled;
+  all_rows_options.max_rows = p.seqlen_kv;
+  const CaseResult on_every = judge(flushed, p, all_rows_options);
+  EXPECT_TRUE(on_every.passed()) << "the rule now sees the flaw on every row; this test's premise is gone: "
+                                 << explain(on_every);
+
+  JudgeOptions every = sampled;
+  every.every_row = EveryRow::host;
+  const CaseResult stood = judge(flushed, p, every);
+  EXPECT_TRUE(stood.failed()) << explain(stood);
+  EXPECT_FALSE(stood.on_every_row());
+  EXPECT_EQ(stood.verdict.rule, on_sample.verdict.rule);
+  EXPECT_NE(stood.every_row_unavailable.find("that failure stands"), std::string::npos) << stood.every_row_unavailable;
+  EXPECT_EQ(nlohmann::json(to_record(stood))["rows_basis"], "sampled");
+  // cpu-plain itself passes, judged on every row.
+  CpuPlain plain;
+  const CaseResult control = judge(plain, p, every);
+  EXPECT_TRUE(control.passed()) << explain(control);
+  EXPECT_TRUE(control.on_every_row());
+}
+
 // The cross-check of the every-row gradient reference: Kokkos' and cpu_f64's
 // gradients agree, also where every V row is the same, so that dP_ij = D_i,
 // dS cancels to rounding noise and dQ and dK are noise of their terms (the

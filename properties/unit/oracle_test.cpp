@@ -681,6 +681,26 @@ TEST(KokkosTest, EveryRowOnNoDeviceKeepsTheSampleAndSaysWhy) {
       << said["every_row_unavailable"];
 }
 
+// A failure on the sampled rows stands when every row is asked for: every row
+// is judged to find more, never to clear what the sample found (the rule's
+// floors scale with the largest terms among the rows compared).
+TEST(KokkosTest, ASampledFailureStandsWhenEveryRowIsAskedFor) {
+  if (!kokkos_available()) GTEST_SKIP() << "Kokkos not built";
+  const SampledCase c;
+  DamagedRow damaged(c.sampled.rows.rows.back());  // a row the sample holds
+  const CaseResult on_sample = judge(damaged, c.problem, c.inputs, c.sampled_only);
+  ASSERT_TRUE(on_sample.failed()) << on_sample.verdict.rule;
+  JudgeOptions every_row = c.sampled_only;
+  every_row.every_row = EveryRow::host;
+  const CaseResult stood = judge(damaged, c.problem, c.inputs, every_row);
+  EXPECT_TRUE(stood.failed()) << stood.verdict.rule;
+  EXPECT_EQ(stood.verdict.rule, on_sample.verdict.rule);
+  EXPECT_EQ(stood.rows, c.sampled.rows);
+  const nlohmann::json said = nlohmann::json(to_record(stood));
+  EXPECT_EQ(said["rows_basis"], "sampled");
+  EXPECT_NE(said.value("every_row_unavailable", "").find("that failure stands"), std::string::npos) << said.dump();
+}
+
 TEST(KokkosTest, RejectsImpossibleTiles) {
   if (!kokkos_available()) GTEST_SKIP() << "Kokkos not built";
   const Problem p = make_problem(1, 1, 1, 4, 4, 8, DType::f32);
