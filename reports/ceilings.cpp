@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "flashcheck/core/dtype.hpp"
+#include "flashcheck/core/gpu/cublas.hpp"
 #include "flashcheck/core/gpu/runtime.hpp"
 #include "read_bandwidth.hpp"
 
@@ -30,7 +31,7 @@ constexpr int kWarmup = 3;
 
 void check_blas(cublasStatus_t status, const char* call) {
   if (status != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(fmt::format("ceilings: {} failed: {}", call, cublasGetStatusString(status)));
+    throw std::runtime_error(fmt::format("ceilings: {} failed: {}", call, gpu::cublas().status_string(status)));
 }
 
 /// Median of `repeats` timings of `work` on `stream` (CUDA events), after warm-up.
@@ -84,7 +85,7 @@ double gemm_tflops(cublasHandle_t handle, cudaStream_t stream, DType dtype, int 
   const float alpha = 1, beta = 0;
   const double ms = median_ms(
       [&] {
-        check_blas(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, kGemmSize, kGemmSize, kGemmSize, &alpha, a.get(),
+        check_blas(gpu::cublas().gemm_ex(handle, CUBLAS_OP_N, CUBLAS_OP_N, kGemmSize, kGemmSize, kGemmSize, &alpha, a.get(),
                                 type, kGemmSize, b.get(), type, kGemmSize, &beta, c.get(), type, kGemmSize, compute,
                                 CUBLAS_GEMM_DEFAULT),
                    "cublasGemmEx");
@@ -113,16 +114,16 @@ Ceilings measure_ceilings(int repeats) {
 
   const gpu::Stream stream(site);
   cublasHandle_t handle = nullptr;
-  check_blas(cublasCreate(&handle), "cublasCreate");
+  check_blas(gpu::cublas().create(&handle), "cublasCreate");  // loads cuBLAS (core/gpu/cublas.hpp)
   try {
-    check_blas(cublasSetStream(handle, stream.get()), "cublasSetStream");
+    check_blas(gpu::cublas().set_stream(handle, stream.get()), "cublasSetStream");
     c.gemm_bf16_tflops = gemm_tflops(handle, stream.get(), DType::bf16, repeats);
     c.gemm_f32_tflops = gemm_tflops(handle, stream.get(), DType::f32, repeats);
   } catch (...) {
-    cublasDestroy(handle);
+    gpu::cublas().destroy(handle);
     throw;
   }
-  cublasDestroy(handle);
+  gpu::cublas().destroy(handle);
 
   const gpu::DeviceBuffer from(kCopyBytes, site), to(kCopyBytes, site);
   check(cudaMemset(from.get(), 1, kCopyBytes), "cudaMemset", site);

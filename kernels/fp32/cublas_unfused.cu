@@ -23,7 +23,8 @@
 // into `ctest -L gpu -j 8`) is tried again, up to kCreationAttempts times; the
 // failed attempts, with cuBLAS's status, the pending CUDA error and the free
 // device memory, go into the error when all fail and into stats() when a later
-// one succeeds.
+// one succeeds. cuBLAS itself is loaded on the first creation
+// (core/gpu/cublas.hpp), not when the process starts.
 // Speed (H200, 2026-11-21, scripts/gpu-check: CUDA events, median of 10):
 //   f32 B=4 H=16 N=M=1024 d=64: 1.184 ms, 14.51 TFLOP/s; causal_br 1.076 ms, 7.99 TFLOP/s
 //   f32 B=2 H=16 N=M=2048 d=128: 2.580 ms, 26.64 TFLOP/s
@@ -34,16 +35,18 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
 #include "common/attention.cuh"
+#include "flashcheck/core/gpu/cublas.hpp"
 #include "flashcheck/kernels/fp32/cublas_unfused.hpp"
 
 namespace flashcheck::kernels {
 namespace {
 
-testing::CublasCreate cublas_create = cublasCreate;
+testing::CublasCreate cublas_create = nullptr;  // nullptr: cuBLAS's own (gpu::cublas().create)
 
 constexpr int kSoftmaxThreads = 128;  // one block per score row
 static_assert(kSoftmaxThreads % 32 == 0 && kSoftmaxThreads <= 32 * 32, "block_reduce combines whole warps in one step");
@@ -74,8 +77,8 @@ constexpr int kCreationBackoffMs = 50;  // times the attempt number: 50, 100, 15
 /// sticky one is thrown as gpu::CudaError, since it poisons the context), and
 /// the device's free memory.
 std::string describe_cublas_failure(cublasStatus_t status, const char* call, const gpu::CallSite& site) {
-  std::string text = std::string(call) + " failed: " + cublasGetStatusName(status) + " (" +
-                     cublasGetStatusString(status) + ")";
+  std::string text = std::string(call) + " failed: " + gpu::cublas().status_name(status) + " (" +
+                     gpu::cublas().status_string(status) + ")";
   const cudaError_t pending = cudaGetLastError();
   if (gpu::is_sticky(pending)) gpu::check(pending, call, site);
   if (pending != cudaSuccess)
@@ -162,7 +165,7 @@ class CublasUnfused final : public gpu::GpuSubject {
  public:
   ~CublasUnfused() override {
     // At process exit; a poisoned context cannot run cuBLAS's teardown.
-    if (handle_ && !gpu::context_poisoned()) cublasDestroy(handle_);
+    if (handle_ && !gpu::context_poisoned()) gpu::cublas().destroy(handle_);
   }
   std::string_view name() const override { return "cublas-unfused"; }
   std::string_view description() const override {
@@ -181,21 +184,29 @@ class CublasUnfused final : public gpu::GpuSubject {
   // Sets handle_ to a new handle in pedantic math mode, or throws
   // gpu::CudaError naming every failed attempt.
   void create_handle(const gpu::CallSite& site) {
+    try {
+      gpu::cublas();  // loaded here, on the first creation: a missing library is this launch's error
+    } catch (const std::runtime_error& missing) {
+      throw gpu::CudaError(cudaErrorUnknown,
+                           std::string(missing.what()) + " in kernel " + site.kernel + " on problem '" + site.problem + "'",
+                           /*sticky=*/false);
+    }
     std::string failures;
     for (int attempt = 1; attempt <= kCreationAttempts; ++attempt) {
       if (attempt > 1) std::this_thread::sleep_for(std::chrono::milliseconds(kCreationBackoffMs * (attempt - 1)));
       cublasHandle_t created = nullptr;
       std::string failure;
-      if (const cublasStatus_t status = cublas_create(&created); status != CUBLAS_STATUS_SUCCESS) {
+      if (const cublasStatus_t status = (cublas_create ? cublas_create : gpu::cublas().create)(&created);
+          status != CUBLAS_STATUS_SUCCESS) {
         failure = describe_cublas_failure(status, "cublasCreate", site);  // `created` may hold anything: dropped
-      } else if (const cublasStatus_t mode = cublasSetMathMode(created, CUBLAS_PEDANTIC_MATH);
+      } else if (const cublasStatus_t mode = gpu::cublas().set_math_mode(created, CUBLAS_PEDANTIC_MATH);
                  mode != CUBLAS_STATUS_SUCCESS) {
         // Pedantic math: FP32 in every phase. It rules out TF32 tensor cores
         // and FP32 emulation even when NVIDIA_TF32_OVERRIDE or the emulation
         // environment variables ask for them, so the subject stays plain f32;
         // a handle without it is not kept.
         failure = describe_cublas_failure(mode, "cublasSetMathMode", site);
-        cublasDestroy(created);
+        gpu::cublas().destroy(created);
       } else {
         handle_ = created;
         if (!failures.empty()) creation_failures_ = failures;
@@ -214,7 +225,7 @@ class CublasUnfused final : public gpu::GpuSubject {
     // One handle per subject, bound to each launch's stream: one launch at a time.
     std::lock_guard<std::mutex> lock(mutex_);
     if (!handle_) create_handle(site);
-    check_cublas(cublasSetStream(handle_, args.stream), "cublasSetStream", site);
+    check_cublas(gpu::cublas().set_stream(handle_, args.stream), "cublasSetStream", site);
 
     const int group = args.heads_q / args.heads_kv;
     // Scores of one (batch, query head in group) pair across all K/V heads:
@@ -248,7 +259,7 @@ class CublasUnfused final : public gpu::GpuSubject {
         // heads: query head hk * group + g reads K/V head hk (no zero strides).
         // cuBLAS is column-major: a row-major [rows][ld] matrix is its transpose.
         // S^T (lk x lq) = (K as [d x lk])^T (Q as [d x lq]), scaled by alpha.
-        check_cublas(cublasSgemmStridedBatched(handle_, CUBLAS_OP_T, CUBLAS_OP_N, lk, lq, args.head_dim, &scale,
+        check_cublas(gpu::cublas().sgemm_strided_batched(handle_, CUBLAS_OP_T, CUBLAS_OP_N, lk, lq, args.head_dim, &scale,
                                                k + b * args.k_batch_stride, static_cast<int>(args.k_seq_stride),
                                                args.k_head_stride, q + b * args.q_batch_stride + g * args.q_head_stride,
                                                static_cast<int>(args.q_seq_stride), group * args.q_head_stride, &zero,
@@ -260,7 +271,7 @@ class CublasUnfused final : public gpu::GpuSubject {
         gpu::check_launch("masked_softmax_kernel", site);
         // O^T (dv x lq) = (V as [dv x lk]) (P as [lk x lq]). beta = 0: cuBLAS
         // does not read O, so its poison never reaches the result.
-        check_cublas(cublasSgemmStridedBatched(handle_, CUBLAS_OP_N, CUBLAS_OP_N, args.head_dim_v, lq, lk, &one,
+        check_cublas(gpu::cublas().sgemm_strided_batched(handle_, CUBLAS_OP_N, CUBLAS_OP_N, args.head_dim_v, lq, lk, &one,
                                                v + b * args.v_batch_stride, static_cast<int>(args.v_seq_stride),
                                                args.v_head_stride, scores, static_cast<int>(ld),
                                                static_cast<long long>(lq) * ld, &zero,
@@ -283,7 +294,7 @@ SubjectRegistration<CublasUnfused> registration;
 
 testing::CublasCreate testing::replace_cublas_create(CublasCreate create) {
   const CublasCreate previous = cublas_create;
-  cublas_create = create ? create : cublasCreate;
+  cublas_create = create;
   return previous;
 }
 }  // namespace flashcheck::kernels

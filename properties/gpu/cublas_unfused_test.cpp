@@ -11,6 +11,7 @@
 
 #include <string>
 
+#include "flashcheck/core/gpu/cublas.hpp"
 #include "flashcheck/core/gpu/device_info.hpp"
 #include "flashcheck/core/subject.hpp"
 #include "flashcheck/core/values.hpp"
@@ -33,10 +34,10 @@ cublasStatus_t flaky_create(cublasHandle_t* handle) {
     *handle = reinterpret_cast<cublasHandle_t>(0x1);
     return CUBLAS_STATUS_ALLOC_FAILED;
   }
-  return cublasCreate(handle);
+  return gpu::cublas().create(handle);
 }
 
-// Restores cublasCreate whatever the test's outcome.
+// Restores cuBLAS's own creation whatever the test's outcome.
 struct SeamInstalled {
   SeamInstalled() { kernels::testing::replace_cublas_create(flaky_create); }
   ~SeamInstalled() { kernels::testing::replace_cublas_create(nullptr); }

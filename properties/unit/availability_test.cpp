@@ -13,6 +13,11 @@
 #include "flashcheck/core/values.hpp"
 #include "flashcheck/judge/judge.hpp"
 #ifdef FLASHCHECK_HAVE_CUDA
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+#include "flashcheck/core/gpu/cublas.hpp"
 #include "flashcheck/core/gpu/gpu_subject.hpp"
 #endif
 
@@ -116,6 +121,46 @@ TEST(Availability, AGpuSubjectWithoutAUsableGpuIsUnavailableAndLaunchesNothing) 
   EXPECT_EQ(record["message"], run.message);
 #endif
 }
+
+#ifdef FLASHCHECK_HAVE_CUDA
+// cuBLAS is loaded on first use, not when a process starts (core/gpu/cublas.hpp:
+// linked, its initializers cost every flashcheck process about 0.16 s and 217 MB).
+// Each ctest test is a process of its own, so nothing has loaded it before this one.
+std::string mapped_files() {
+  std::ifstream maps("/proc/self/maps");
+  return {std::istreambuf_iterator<char>(maps), std::istreambuf_iterator<char>()};
+}
+
+TEST(CublasOnFirstUse, NotLoadedAtStartThenEveryFunctionResolvedWithoutAGpu) {
+  EXPECT_EQ(mapped_files().find("libcublas"), std::string::npos) << "cuBLAS was loaded before its first use";
+  const gpu::Cublas& table = gpu::cublas();
+  EXPECT_NE(mapped_files().find("libcublas"), std::string::npos);
+  EXPECT_NE(table.create, nullptr);
+  EXPECT_NE(table.destroy, nullptr);
+  EXPECT_NE(table.set_stream, nullptr);
+  EXPECT_NE(table.set_math_mode, nullptr);
+  EXPECT_NE(table.gemm_ex, nullptr);
+  EXPECT_NE(table.sgemm_strided_batched, nullptr);
+  ASSERT_NE(table.status_name, nullptr);
+  ASSERT_NE(table.status_string, nullptr);
+  EXPECT_STREQ(table.status_name(CUBLAS_STATUS_ALLOC_FAILED), "CUBLAS_STATUS_ALLOC_FAILED");
+  EXPECT_NE(std::string(table.status_string(CUBLAS_STATUS_ALLOC_FAILED)), "");
+  EXPECT_EQ(&gpu::cublas(), &table);  // loaded once
+}
+
+// The flashcheck binary does not name cuBLAS among the libraries it needs.
+TEST(CublasOnFirstUse, TheBinaryDoesNotLinkIt) {
+  std::FILE* pipe = ::popen("readelf -d " FLASHCHECK_BINARY " 2>/dev/null", "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string dynamic;
+  char buffer[4096];
+  while (const std::size_t n = std::fread(buffer, 1, sizeof buffer, pipe)) dynamic.append(buffer, n);
+  if (::pclose(pipe) != 0 || dynamic.find("NEEDED") == std::string::npos)
+    GTEST_SKIP() << "readelf cannot list the binary's needed libraries here";
+  EXPECT_NE(dynamic.find("libcudart"), std::string::npos) << dynamic;  // the listing is the real one
+  EXPECT_EQ(dynamic.find("libcublas"), std::string::npos) << dynamic;
+}
+#endif
 
 }  // namespace
 }  // namespace flashcheck

@@ -12,8 +12,8 @@ namespace flashcheck::kernels::testing {
 using CublasCreate = cublasStatus_t (*)(cublasHandle_t* handle);
 
 /// Makes later handle creations of the cublas-unfused subject call `create`
-/// (nullptr: cublasCreate again); returns the function used until now. A
-/// subject that already holds a handle creates none.
+/// (nullptr: cuBLAS's own again); returns the function used until now (nullptr
+/// for cuBLAS's own). A subject that already holds a handle creates none.
 CublasCreate replace_cublas_create(CublasCreate create);
 
 }  // namespace flashcheck::kernels::testing
