@@ -103,6 +103,12 @@ constexpr std::string_view kSampleFailureStands =
     "not run: the case failed on its sampled rows, and that failure stands (every row is judged to find more, "
     "never to clear a failure: a floor set by other rows' larger terms can hide what the sample saw)";
 
+// Why a case asked to be judged on every row was not: no Kokkos for `space` here.
+std::string kokkos_cannot_run(KokkosSpace space) {
+  return fmt::format("the Kokkos reference cannot run on {} here: {}", space == KokkosSpace::device ? "a GPU" : "the host",
+                     kokkos_description());
+}
+
 }  // namespace
 
 std::string_view to_string(EveryRow every_row) {
@@ -265,22 +271,22 @@ CaseResult judge(Subject& subject, const Problem& problem, const Inputs& inputs,
   // The peer's ratios above stay those of the sampled rows. A failure on the
   // sampled rows stands (kSampleFailureStands).
   std::optional<AttentionRows> every_reference;
-  if (options.every_row != EveryRow::off && !result.on_every_row() && !result.verdict.pass) {
-    result.every_row_unavailable = std::string(kSampleFailureStands);
-  } else if (options.every_row != EveryRow::off && !result.on_every_row()) {
+  if (options.every_row != EveryRow::off && !result.on_every_row()) {
     const KokkosSpace space = options.every_row == EveryRow::host ? KokkosSpace::host : KokkosSpace::device;
-    every_reference.emplace();
-    if (judge_every_row(result, inputs, run.outputs, reference, space, limit, &*every_reference)) {
-      if (!result.on_every_row()) every_reference.reset();  // the oracles disagreed: the rows stay the sample
-      result.rows_visible = visible_compared_rows(problem, result.rows);
-      // A sample that compared nothing can be vacuous where every row is not.
-      if (result.verdict.pass)
-        result.verdict_kind = compared_something(result) ? VerdictKind::pass : VerdictKind::vacuous;
+    if (!result.verdict.pass) {
+      result.every_row_unavailable = std::string(kSampleFailureStands);
     } else {
-      every_reference.reset();
-      result.every_row_unavailable =
-          fmt::format("the Kokkos reference cannot run on {} here: {}",
-                      space == KokkosSpace::device ? "a GPU" : "the host", kokkos_description());
+      every_reference.emplace();
+      if (judge_every_row(result, inputs, run.outputs, reference, space, limit, &*every_reference)) {
+        if (!result.on_every_row()) every_reference.reset();  // the oracles disagreed: the rows stay the sample
+        result.rows_visible = visible_compared_rows(problem, result.rows);
+        // A sample that compared nothing can be vacuous where every row is not.
+        if (result.verdict.pass)
+          result.verdict_kind = compared_something(result) ? VerdictKind::pass : VerdictKind::vacuous;
+      } else {
+        every_reference.reset();
+        result.every_row_unavailable = kokkos_cannot_run(space);
+      }
     }
   }
   if (options.keep_outputs) {
@@ -445,9 +451,7 @@ CaseResult judge_backward(Subject& subject, const Problem& problem, const Inputs
       if (result.verdict.pass)
         result.verdict_kind = compared_gradients(result) ? VerdictKind::pass : VerdictKind::vacuous;
     } else {
-      result.every_row_unavailable =
-          fmt::format("the Kokkos reference cannot run on {} here: {}",
-                      space == KokkosSpace::device ? "a GPU" : "the host", kokkos_description());
+      result.every_row_unavailable = kokkos_cannot_run(space);
     }
   }
 
