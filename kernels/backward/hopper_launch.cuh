@@ -6,8 +6,6 @@
 
 #include <cudaTypedefs.h>
 
-#include <climits>
-
 #include "backward/backward_subject.hpp"
 #include "backward/hopper_kernel.cuh"
 #include "flashcheck/kernels/backward/hopper.hpp"
@@ -32,9 +30,9 @@ template <typename T, int D, HopperBackwardFlaw kFlaw>
 void launch_instance(const BackwardArgs& args, const gpu::CallSite& site) {
   const gpu::AttentionArgs& a = args.attention;
   const dim3 row_grid = pair_grid(mma_bwd::tiles(a.seqlen_q, mma_bwd::kChunkRows<D>), a.batch * a.heads_q);
-  // One block per key block and (batch, K/V head) pair, in a 1-D grid (the kernel's order).
-  const long long key_blocks = static_cast<long long>(mma_bwd::tiles(a.seqlen_kv, kKeys)) * a.batch * a.heads_kv;
-  if (key_blocks > INT_MAX) throw gpu::Unsupported("hopper-bwd: more than 2^31 - 1 key blocks");
+  // One block per key block and (batch, K/V head) pair, tile-major (the kernel's order).
+  const unsigned key_blocks =
+      mma_bwd::tile_major_blocks(mma_bwd::tiles(a.seqlen_kv, kKeys), a.batch * a.heads_kv, "hopper-bwd's key blocks");
   const bool rows = row_grid.x > 0 && row_grid.y > 0;
   if (rows) {
     mma_bwd::delta_kernel<T, D, MmaBackwardFlaw::none><<<row_grid, 256, 0, a.stream>>>(args);
@@ -56,7 +54,7 @@ void launch_instance(const BackwardArgs& args, const gpu::CallSite& site) {
                                                        a.o_seq_stride, a.o_head_stride, a.o_batch_stride, kStep, site)
                                   : k;
     const CUtensorMap dq = rows ? dq_accumulator_map(args, D, site) : k;
-    kernel<<<static_cast<unsigned>(key_blocks), kThreads, Layout<D>::kSmemBytes, a.stream>>>(q, k, v, dout, dq, args);
+    kernel<<<key_blocks, kThreads, Layout<D>::kSmemBytes, a.stream>>>(q, k, v, dout, dq, args);
     gpu::check_launch("hopper_bwd::hopper_backward", site);
   }
   if (rows) {  // every row of the padded shape: scale x accumulator, 0 past the sequence

@@ -67,7 +67,7 @@
 // of each tree in one call, det / atomic ms): d=128 8.13 -> 7.89 / 6.67 ->
 // 6.62, d=64 4.22 -> 4.03 / 3.54 -> 3.52 (det 1.145x the atomic), d=256
 // 9.25 -> 9.03 / 8.52 -> 8.33; causal 0-3% faster (docs/perf.md).
-// Version 7 (this one), what changed from version 6 and why: the dK/dV
+// Version 7 (commit 9479c58), what changed from version 6 and why: the dK/dV
 // kernel's S^T and dP^T products unroll their 2 to 4 k-steps of 32 columns
 // (product_abt's kUnroll), so ptxas issues the next step's ldmatrix under
 // this step's mma; versions 1-5 spilled unrolled, version 6's registers fit
@@ -76,6 +76,20 @@
 // / 7.85 -> 7.39, d=64 3.52 -> 3.41 / 4.04 -> 3.94, d=256 8.39 -> 8.26 /
 // 9.01 -> 9.03; causal d <= 128 3-5% faster, d = 256 unchanged. The dQ
 // kernel's loop unrolled twice measured no change (docs/perf.md).
+// Version 8 (this one), what changed from version 7 and why: the blocks run
+// longest first over every (batch, head) pair, not within one. Both kernels'
+// grids were (tiles, pairs): the hardware issues x first, so it issued pair
+// 0's 32 key blocks, then pair 1's, and under a causal mask the heavy first
+// key blocks of the last pairs started late. A list-scheduling count over 132
+// SMs, one dK/dV block an SM: 1.66 times the causal work's even share at 32
+// key blocks and 8 pairs, 1.00 tile-major (tile_major_blocks: block i owns
+// tile i / pairs of pair i % pairs; the dQ kernel's tiles from the last).
+// Predicted causal d = 128 5.18 -> 3.2-3.5 ms, d = 64 2.69 -> 1.7-1.9,
+// unmasked unchanged; measured on an H200 (2026-11-28, one call, two runs
+// of each tree, atomic / det ms): causal_br d=128 5.10 -> 3.41 / 5.12 ->
+// 3.87, d=64 2.67 -> 1.78 / 2.67 -> 1.99, d=256 5.16 -> 4.34 / 5.45 -> 4.66;
+// unmasked within 1% (d=128 6.35 / 7.47, d=64 3.40 / 3.88, d=256 8.37 /
+// 9.07). hopper-bwd was tile-major already.
 // What it does, on one stream:
 //   1. D_i = rowsum(dO_i o O_i) in f32, D / 8 threads a row.
 //   2. dK, dV: a block per 128 keys (64 at d = 256) of one (batch, K/V head),
@@ -99,19 +113,20 @@
 // {64, 128, 256}; any lengths; none/causal_tl/causal_br/window; GQA/MQA;
 // padded batches; LSE; BHSD and BSHD; finite inputs only; both passes (the
 // forward is fa2-rowthread-bwd's).
-// Registers (ptxas, sm_90a, CUDA 13.0; f16 and bf16 alike):
-//   dK/dV 215 (d=64) / 230 (d=128) / 246 (d=256); with the atomic dQ
-//   218 / 234 / 248; dQ (deterministic) 168 / 223 / 247 (4 bytes spilled at
-//   d = 64, under its three-blocks bound; no other spill). Dynamic shared
-//   memory a block: dK/dV 66 / 97 / 161 KiB, with the atomic dQ (two dS^T
-//   buffers) 98 / 113 / 169 KiB; dQ 48 / 96 / 192 KiB.
-// Speed (H100, 2026-11-26, flashcheck bench, median of 10; docs/perf.md):
-//   b=1 hq=64 hkv=8 sq=skv=4096 d=128 bf16: fa2-mma-bwd 6.49 ms (212 TFLOP/s
-//   at 2.5 forwards), fa2-mma-bwd-det 7.75 ms (177); in the same call torch's
-//   FlashAttention-2 backward 5.01 ms, flashcheck's cuDNN 9.14 graph 3.06 ms
-//   (version 3: 7.79 and 7.64 ms, FA2 4.94; version 2: 9.89 and 8.44, FA2
-//   5.02; version 1: 15.49 and 11.64, FA2 4.92). At 16384 keys, version 3:
-//   119.1 and 119.5 ms (FA2 69.9, cuDNN 9.14 46.4).
+// Registers (ptxas, sm_90a, CUDA 13.0, version 8; f16 and bf16 alike):
+//   dK/dV 248 (d=64) / 244 (d=128) / 251 (d=256); with the atomic dQ
+//   250 / 245 / 253; dQ (deterministic) 168 / 224 / 253; no spill. Dynamic
+//   shared memory a block: dK/dV 66 / 97 / 161 KiB, with the atomic dQ (two
+//   dS^T buffers) 98 / 113 / 169 KiB; dQ 48 / 96 / 192 KiB.
+// Speed (version 8, H200, 2026-11-28, one call; flashcheck bench --warmup 2
+// --repeats 7, median ms; torch 2.11's FlashAttention-2 backward in the same
+// call, external/torch_backward_bench.py; docs/perf.md, "Longest first"):
+//   b=1 hq=64 hkv=8 sq=skv=4096 bf16, fa2-mma-bwd / fa2-mma-bwd-det / FA2:
+//   d=128 6.36 / 7.47 / 5.08, causal_br 3.41 / 3.87 / 3.05; d=64 3.40 /
+//   3.88 / 2.73, causal_br 1.78 / 1.99 / 1.68; d=256 (hq=32) 8.37 / 9.07 /
+//   5.91, causal_br 4.34 / 4.65 / 3.46. At 16384 (--warmup 1 --repeats 5,
+//   FA2 the median of 5): d=128 100.3 / 117.1 / 71.4, causal_br 51.3 /
+//   58.6 / 36.0; d=64 53.7 / 60.9 / 38.4.
 #include "backward/mma_kernel.cuh"
 
 namespace flashcheck::kernels {

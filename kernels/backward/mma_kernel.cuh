@@ -23,7 +23,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "backward/rowthread_kernel.cuh"
@@ -177,6 +179,23 @@ __device__ __forceinline__ void add_partner(float (&x)[kTilesN][4], float* excha
 #pragma unroll
     for (int e = 0; e < 4; ++e) x[nt][e] += exchange[(partner * kTilesN * 4 + nt * 4 + e) * 32 + lane];
 }
+
+/// A grid over (tile, pair) in one dimension, tile-major: block i owns tile
+/// i / pairs of (batch, head) pair i % pairs (tile_of_block, pair_of_block),
+/// so the blocks the hardware issues first are the same tile of every pair.
+/// The kernels number the tiles so that the first is the one that sees the
+/// most under a causal mask (the first key block; the last query block),
+/// longest first: the short ones fill the last wave. Pair-major (a grid's y),
+/// a causal dK/dV pass at 32 key blocks a pair on 132 SMs ran 1.6 times its
+/// work's share (docs/perf.md, "Longest first"). Throws gpu::Unsupported past
+/// 2^31 - 1 blocks.
+inline unsigned tile_major_blocks(unsigned tiles, int pairs, const char* what) {
+  const long long blocks = static_cast<long long>(tiles) * pairs;
+  if (blocks > INT_MAX) throw gpu::Unsupported(std::string(what) + ": more than 2^31 - 1 blocks");
+  return static_cast<unsigned>(blocks);
+}
+__device__ __forceinline__ int tile_of_block(int pairs) { return static_cast<int>(blockIdx.x) / pairs; }
+__device__ __forceinline__ int pair_of_block(int pairs) { return static_cast<int>(blockIdx.x) % pairs; }
 
 // ---------------------------------------------------------------------------
 // The row kernels (D_i, the atomic subject's dQ conversion): blocks of 256
@@ -376,11 +395,10 @@ __global__ void __launch_bounds__(32 * KvShape<D>::kKeyWarps * KvShape<D>::kSpli
   float* exchange_dp = reinterpret_cast<float*>(smem + kExchangeOffset + kExchangeBytes);
 
   const gpu::AttentionArgs& a = args.attention;
-  const int pair = head_pair();
-  if (pair >= a.batch * a.heads_kv) return;  // the last grid slice's tail (block-uniform)
+  const int pairs = a.batch * a.heads_kv, pair = pair_of_block(pairs);  // tile-major (tile_major_blocks)
   const int b = pair / a.heads_kv, hk = pair % a.heads_kv, group = a.heads_q / a.heads_kv;
   const int lq = query_length(a, b), lk = key_length(a, b);
-  const int key0 = blockIdx.x * kKeys;
+  const int key0 = tile_of_block(pairs) * kKeys;  // the first key block first: under a causal mask it sees the most
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int key_warp = warp % kKeyWarps, c0 = warp / kKeyWarps * kCols;
   const int partner = (warp + kKeyWarps) % kWarps, pair_barrier = 1 + key_warp;
@@ -580,11 +598,11 @@ __global__ void __launch_bounds__(32 * QShape<D>::kWarps, QShape<D>::kMinBlocks)
   const std::uint32_t key_tiles = do_tile + kRowTileBytes;
 
   const gpu::AttentionArgs& a = args.attention;
-  const int pair = head_pair();
-  if (pair >= a.batch * a.heads_q) return;  // the last grid slice's tail (block-uniform)
+  const int pairs = a.batch * a.heads_q, pair = pair_of_block(pairs);  // tile-major (tile_major_blocks)
   const int b = pair / a.heads_q, h = pair % a.heads_q, hk = h / (a.heads_q / a.heads_kv);
   const int lq = query_length(a, b), lk = key_length(a, b);
-  const int q0 = blockIdx.x * kRows;
+  // The last query block first: under a causal mask it sees the most keys.
+  const int q0 = ((a.seqlen_q + kRows - 1) / kRows - 1 - tile_of_block(pairs)) * kRows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int warp_row0 = q0 + warp * 16;  // this thread's rows: warp_row0 + lane / 4 and + 8
   float dq_acc[D / 8][4] = {};
@@ -734,20 +752,22 @@ void launch_mma_backward(const BackwardArgs& args, const gpu::CallSite& site) {
                       kMmaBackwardCapabilities.tile_q == 16 * QShape<64>::kWarps,
                   "the domain declares the kernels' tiles (the smallest head dim's)");
     const dim3 row_grid = pair_grid(tiles(a.seqlen_q, kChunkRows<D>), a.batch * a.heads_q);
-    const dim3 key_grid = pair_grid(tiles(a.seqlen_kv, 16 * KvShape<D>::kKeyWarps), a.batch * a.heads_kv);
-    const dim3 query_grid = pair_grid(tiles(a.seqlen_q, 16 * QShape<D>::kWarps), a.batch * a.heads_q);
+    const unsigned key_blocks = tile_major_blocks(tiles(a.seqlen_kv, 16 * KvShape<D>::kKeyWarps),
+                                                  a.batch * a.heads_kv, "the dK/dV kernel");
+    const unsigned query_blocks =
+        kAtomicDq ? 0 : tile_major_blocks(tiles(a.seqlen_q, 16 * QShape<D>::kWarps), a.batch * a.heads_q, "the dQ kernel");
     if (row_grid.x > 0 && row_grid.y > 0) {
       mma_bwd::delta_kernel<T, D, kFlawIn<kFlaw, Part::delta, D>><<<row_grid, 256, 0, a.stream>>>(args);
       gpu::check_launch("mma_bwd::delta_kernel", site);
     }
-    if (key_grid.x > 0 && key_grid.y > 0) {
+    if (key_blocks > 0) {
       constexpr int kSmem = kDkdvSmemBytes<D, kAtomicDq>;
       constexpr int kThreads = 32 * KvShape<D>::kKeyWarps * KvShape<D>::kSplit;
       constexpr MmaBackwardFlaw kDkdvFlaw = kFlawIn<kFlaw, Part::dkdv, D>;
       gpu::check(cudaFuncSetAttribute(dkdv_kernel<T, D, kAtomicDq, kDkdvFlaw>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                  "cudaFuncSetAttribute", site);
-      dkdv_kernel<T, D, kAtomicDq, kDkdvFlaw><<<key_grid, kThreads, kSmem, a.stream>>>(args);
+      dkdv_kernel<T, D, kAtomicDq, kDkdvFlaw><<<key_blocks, kThreads, kSmem, a.stream>>>(args);
       gpu::check_launch("mma_bwd::dkdv_kernel", site);
     }
     if constexpr (kAtomicDq) {
@@ -757,12 +777,12 @@ void launch_mma_backward(const BackwardArgs& args, const gpu::CallSite& site) {
         mma_bwd::dq_from_accumulator_kernel<T, D><<<row_grid, 256, 0, a.stream>>>(args);
         gpu::check_launch("mma_bwd::dq_from_accumulator_kernel", site);
       }
-    } else if (query_grid.x > 0 && query_grid.y > 0) {
+    } else if (query_blocks > 0) {
       constexpr int kSmem = kDqSmemBytes<D>;
       constexpr MmaBackwardFlaw kDqFlaw = kFlawIn<kFlaw, Part::dq, D>;
       gpu::check(cudaFuncSetAttribute(dq_kernel<T, D, kDqFlaw>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                  "cudaFuncSetAttribute", site);
-      dq_kernel<T, D, kDqFlaw><<<query_grid, 32 * QShape<D>::kWarps, kSmem, a.stream>>>(args);
+      dq_kernel<T, D, kDqFlaw><<<query_blocks, 32 * QShape<D>::kWarps, kSmem, a.stream>>>(args);
       gpu::check_launch("mma_bwd::dq_kernel", site);
     }
   });
