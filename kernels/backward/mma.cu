@@ -76,7 +76,7 @@
 // / 7.85 -> 7.39, d=64 3.52 -> 3.41 / 4.04 -> 3.94, d=256 8.39 -> 8.26 /
 // 9.01 -> 9.03; causal d <= 128 3-5% faster, d = 256 unchanged. The dQ
 // kernel's loop unrolled twice measured no change (docs/perf.md).
-// Version 8 (this one), what changed from version 7 and why: the blocks run
+// Version 8 (commit 6bbe50d), what changed from version 7 and why: the blocks run
 // longest first over every (batch, head) pair, not within one. Both kernels'
 // grids were (tiles, pairs): the hardware issues x first, so it issued pair
 // 0's 32 key blocks, then pair 1's, and under a causal mask the heavy first
@@ -90,7 +90,20 @@
 // 3.87, d=64 2.67 -> 1.78 / 2.67 -> 1.99, d=256 5.16 -> 4.34 / 5.45 -> 4.66;
 // unmasked within 1% (d=128 6.35 / 7.47, d=64 3.40 / 3.88, d=256 8.37 /
 // 9.07). hopper-bwd was tile-major already.
-// What it does, on one stream:
+// Version 9 (this one), what changed from version 8 and why: fa2-mma-bwd-det's
+// dQ kernel runs on a second stream beside the dK/dV kernel (it needs D_i,
+// not dK or dV), launched second: its blocks take the SMs that the dK/dV
+// kernel's last wave leaves idle (256 blocks, one an SM, on 132 SMs at
+// d = 128), and the two no longer wait for each other's tails. ncu (v8,
+// d = 128 unmasked, clocks locked): dK/dV 5.91 ms, dQ 3.77 ms, each at 12.5%
+// occupancy, 4.9 cycles a warp between issues. Predicted det d = 128
+// 7.47 -> ~7.30 ms; measured on an H200 (2026-11-28, one call, two runs of
+// each tree, det ms): d=128 7.506, 7.470 -> 7.338, 7.352 (1.155x the
+// atomic's 6.361), d=64 3.875, 3.890 -> 3.773, 3.813, d=256 9.114, 9.114 ->
+// 9.076, 9.099; causal_br d=128 3.897 -> 3.810, d=64 2.00 -> 1.96, d=256
+// 4.65 -> 4.59. The atomic subject is unchanged (one stream).
+// What it does, on the caller's stream (fa2-mma-bwd-det's dQ kernel on a
+// second one, forked after step 1 and joined after step 3):
 //   1. D_i = rowsum(dO_i o O_i) in f32, D / 8 threads a row.
 //   2. dK, dV: a block per 128 keys (64 at d = 256) of one (batch, K/V head),
 //      K and V in shared memory once; it walks the query rows 64 at a time
@@ -103,7 +116,7 @@
 //      fa2-mma-bwd-det computes it in a kernel of its own: a block of 4 warps
 //      per 64 query rows (8 warps, 128 rows at d = 256), walking the keys its
 //      rows see in order, 64 at a time (32 at d = 256; S, P, dP, dS
-//      recomputed; dQ += dS K).
+//      recomputed; dQ += dS K), beside step 2.
 // Determinism: fa2-mma-bwd's dQ sums arrive in whatever order the blocks'
 // atomics do (backward_deterministic = false); everything in fa2-mma-bwd-det
 // is summed by one warp in a fixed order and written by one block
@@ -118,7 +131,8 @@
 //   250 / 245 / 253; dQ (deterministic) 168 / 224 / 253; no spill. Dynamic
 //   shared memory a block: dK/dV 66 / 97 / 161 KiB, with the atomic dQ (two
 //   dS^T buffers) 98 / 113 / 169 KiB; dQ 48 / 96 / 192 KiB.
-// Speed (version 8, H200, 2026-11-28, one call; flashcheck bench --warmup 2
+// Speed (version 8, H200, 2026-11-28, one call, fa2-mma-bwd-det version 9's
+// in the line above; flashcheck bench --warmup 2
 // --repeats 7, median ms; torch 2.11's FlashAttention-2 backward in the same
 // call, external/torch_backward_bench.py; docs/perf.md, "Longest first"):
 //   b=1 hq=64 hkv=8 sq=skv=4096 bf16, fa2-mma-bwd / fa2-mma-bwd-det / FA2:

@@ -721,6 +721,18 @@ void with_backward_instance(const gpu::AttentionArgs& a, Go&& go) {
 
 inline unsigned tiles(int rows, int tile) { return static_cast<unsigned>((rows + tile - 1) / tile); }
 
+/// The det subject's second stream and its fork and join events, one set a
+/// host thread (a stream's work is ordered by the thread that enqueues it),
+/// created on first use on the current device.
+struct SideStream {
+  gpu::Stream stream{gpu::CallSite{"mma_bwd side stream"}};
+  gpu::Event forked{gpu::CallSite{"mma_bwd side stream"}}, joined{gpu::CallSite{"mma_bwd side stream"}};
+};
+inline const SideStream& side_dq_stream() {
+  thread_local const SideStream side;
+  return side;
+}
+
 /// The flaw each kernel of a mutant takes: its own where the flaw lives in it,
 /// else none, so that a mutant's TU compiles only the kernels its flaw changes
 /// (the others are the real kernels' instantiations, shared by the mutants).
@@ -760,6 +772,13 @@ void launch_mma_backward(const BackwardArgs& args, const gpu::CallSite& site) {
       mma_bwd::delta_kernel<T, D, kFlawIn<kFlaw, Part::delta, D>><<<row_grid, 256, 0, a.stream>>>(args);
       gpu::check_launch("mma_bwd::delta_kernel", site);
     }
+    // fa2-mma-bwd-det's dQ kernel needs D_i, not dK/dV: it runs on a second
+    // stream beside the dK/dV kernel (forked after D_i, joined before
+    // anything later on a.stream), its blocks filling the SMs the dK/dV
+    // kernel's last wave leaves idle. Launched second, so dK/dV's blocks are
+    // issued first. Each still writes its own outputs alone: as deterministic.
+    const bool side_dq = !kAtomicDq && query_blocks > 0;
+    if (side_dq) gpu::check(cudaEventRecord(side_dq_stream().forked.get(), a.stream), "cudaEventRecord", site);
     if (key_blocks > 0) {
       constexpr int kSmem = kDkdvSmemBytes<D, kAtomicDq>;
       constexpr int kThreads = 32 * KvShape<D>::kKeyWarps * KvShape<D>::kSplit;
@@ -777,13 +796,17 @@ void launch_mma_backward(const BackwardArgs& args, const gpu::CallSite& site) {
         mma_bwd::dq_from_accumulator_kernel<T, D><<<row_grid, 256, 0, a.stream>>>(args);
         gpu::check_launch("mma_bwd::dq_from_accumulator_kernel", site);
       }
-    } else if (query_blocks > 0) {
+    } else if (side_dq) {
       constexpr int kSmem = kDqSmemBytes<D>;
       constexpr MmaBackwardFlaw kDqFlaw = kFlawIn<kFlaw, Part::dq, D>;
+      const SideStream& side = side_dq_stream();
       gpu::check(cudaFuncSetAttribute(dq_kernel<T, D, kDqFlaw>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
                  "cudaFuncSetAttribute", site);
-      dq_kernel<T, D, kDqFlaw><<<query_blocks, 32 * QShape<D>::kWarps, kSmem, a.stream>>>(args);
+      gpu::check(cudaStreamWaitEvent(side.stream.get(), side.forked.get(), 0), "cudaStreamWaitEvent", site);
+      dq_kernel<T, D, kDqFlaw><<<query_blocks, 32 * QShape<D>::kWarps, kSmem, side.stream.get()>>>(args);
       gpu::check_launch("mma_bwd::dq_kernel", site);
+      gpu::check(cudaEventRecord(side.joined.get(), side.stream.get()), "cudaEventRecord", site);
+      gpu::check(cudaStreamWaitEvent(a.stream, side.joined.get(), 0), "cudaStreamWaitEvent", site);
     }
   });
 }
