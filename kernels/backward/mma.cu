@@ -131,10 +131,10 @@
 //   250 / 245 / 253; dQ (deterministic) 168 / 224 / 253; no spill. Dynamic
 //   shared memory a block: dK/dV 66 / 97 / 161 KiB, with the atomic dQ (two
 //   dS^T buffers) 98 / 113 / 169 KiB; dQ 48 / 96 / 192 KiB.
-// Speed (version 8, H200, 2026-11-28, one call, fa2-mma-bwd-det version 9's
-// in the line above; flashcheck bench --warmup 2
-// --repeats 7, median ms; torch 2.11's FlashAttention-2 backward in the same
-// call, external/torch_backward_bench.py; docs/perf.md, "Longest first"):
+// Speed (version 8's call: H200, 2026-11-28, flashcheck bench --warmup 2
+// --repeats 7, median ms, torch 2.11's FlashAttention-2 backward in the same
+// call, external/torch_backward_bench.py; docs/perf.md, "Longest first";
+// fa2-mma-bwd-det 1-3% faster since, the Version 9 entry above):
 //   b=1 hq=64 hkv=8 sq=skv=4096 bf16, fa2-mma-bwd / fa2-mma-bwd-det / FA2:
 //   d=128 6.36 / 7.47 / 5.08, causal_br 3.41 / 3.87 / 3.05; d=64 3.40 /
 //   3.88 / 2.73, causal_br 1.78 / 1.99 / 1.68; d=256 (hq=32) 8.37 / 9.07 /
