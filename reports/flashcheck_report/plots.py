@@ -11,16 +11,45 @@ from .load import LEGACY_HISTOGRAM_EDGES, bin_labels, problem_fields
 
 
 def png(figure):
-    # No bbox_inches="tight": each figure's tight_layout already keeps every
+    # No bbox_inches="tight": each figure's layout (place) already keeps every
     # label inside it (the four figures compared by eye: nothing cut), and the
     # tight bounding box drew the whole figure once more to find it. Measured
     # on reports/testdata/h200-2026-11-21 (105 records, this repository's
     # 2-core CI machine, 2026-11-26): 13.2 s a report with it, 9.3 s without.
+    # With place() instead of tight_layout (2026-11-28, same machine and
+    # records): the four figures 8.8 -> 5.6 s, a report 8.4-10.0 -> 6.6-7.0 s,
+    # reports/report_test.py's 15 tests 106 -> 84 s.
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=90)
     import matplotlib.pyplot as plt
     plt.close(figure)
     return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def place(figure, rows, columns, left, right, bottom, top, wgap, hgap):
+    """Lays out a grid of panels with fixed margins, in inches: `left`,
+    `right` and `bottom` around the grid, `top` the band above it (titles,
+    legend), `wgap` and `hgap` between panels (each panel's tick labels,
+    axis label and title). tight_layout found the same margins by measuring
+    every tick label of every panel: 3.5 s of an 8.0 s report (24 panels,
+    reports/testdata, this repository's 2-core machine, 2026-11-28)."""
+    width, height = figure.get_size_inches()
+    panel_width = (width - left - right - (columns - 1) * wgap) / columns
+    panel_height = (height - bottom - top - (rows - 1) * hgap) / rows
+    figure.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height,
+                           wspace=wgap / panel_width, hspace=hgap / panel_height)
+
+
+def widest(figure, texts, fontsize):
+    """The widest of `texts` drawn at `fontsize`, in inches (one probe text, measured)."""
+    renderer = figure.canvas.get_renderer()
+    probe = figure.text(0, 0, "", fontsize=fontsize)
+    width = 0.0
+    for text in texts:
+        probe.set_text(text)
+        width = max(width, probe.get_window_extent(renderer).width)
+    probe.remove()
+    return width / figure.dpi
 
 
 def plain(text):
@@ -67,11 +96,13 @@ def histogram_grid(groups, kind):
                 labels.append(l)
     # Title, then legend, then the panels: each in a band of its own (the
     # suptitle used to overlap the top row).
-    top = 1 - 0.75 / (2.8 * rows)
+    height = 2.8 * rows
     figure.suptitle("|error| against f64 (log10 bins)" if kind == "abs" else "ULP error in the output dtype (log2 bins)",
-                    y=0.995, va="top")
-    figure.legend(handles, labels, loc="upper center", ncol=3, bbox_to_anchor=(0.5, top + 0.3 / (2.8 * rows)))
-    figure.tight_layout(rect=(0, 0, 1, top - 0.05 / rows))
+                    y=1 - 0.05 / height, va="top")
+    figure.legend(handles, labels, loc="upper center", ncol=3, bbox_to_anchor=(0.5, 1 - 0.45 / height))
+    # Panels: y tick labels and label on the left, x tick labels (45 degrees) below, a title above.
+    ticks = widest(figure, [t.get_text() for t in axes.flat[0].get_xticklabels()], 7) * 0.71
+    place(figure, rows, columns, left=0.65, right=0.15, bottom=ticks + 0.2, top=1.25, wgap=0.8, hgap=ticks + 0.55)
     return png(figure)
 
 
@@ -129,7 +160,9 @@ def drift_plots(groups):
             ax.set_ylabel("median relative O RMSE", fontsize=7)
         axes[0].legend(fontsize=6, loc="best")
         figure.suptitle(f"error against shape, values and mask: {dtype}")
-        figure.tight_layout(rect=(0, 0, 1, 0.92))
+        # Category labels at 45 degrees below, log-scale tick labels and the y label on the left.
+        below = max(0.3, widest(figure, [t.get_text() for ax in axes for t in ax.get_xticklabels()], 7) * 0.71 + 0.15)
+        place(figure, 1, 4, left=0.8, right=0.15, bottom=below + 0.1, top=0.75, wgap=0.85, hgap=0)
         images.append((dtype, png(figure)))
     return images
 
@@ -160,5 +193,7 @@ def bench_plot(rows):
         short = " ".join(f"{k}={fields[k]}" for k in ("b", "hq", "hkv", "sq", "skv", "d", "dtype", "mask") if k in fields)
         ax.set_title(plain(short), fontsize=8)
     figure.suptitle("speed as a fraction of this machine's measured ceilings (cuDNN in green)")
-    figure.tight_layout(rect=(0, 0, 1, 1 - 0.4 / (3.2 * n_rows)))
+    # Each panel's subject names on its left, its x label below, its title above.
+    names = widest(figure, [plain(r["subject"]) for r in rows], 7) + 0.15
+    place(figure, n_rows, columns, left=names + 0.05, right=0.25, bottom=0.55, top=0.8, wgap=names + 0.35, hgap=0.9)
     return png(figure)
