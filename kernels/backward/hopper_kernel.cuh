@@ -192,13 +192,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Smem<D> smem(smem_raw);
 
   const gpu::AttentionArgs& a = args.attention;
-  // Block i owns key block i / pairs of (batch, K/V head) pair i % pairs: the
-  // first key blocks first, which under a causal mask see the most query rows
-  // (longest first: the short ones fill the last wave).
-  const int pairs = a.batch * a.heads_kv, pair = static_cast<int>(blockIdx.x) % pairs;
+  // Tile-major (mma_bwd::tile_major_blocks): the first key blocks first, which
+  // under a causal mask see the most query rows (longest first: the short
+  // ones fill the last wave).
+  const int pairs = a.batch * a.heads_kv, pair = mma_bwd::pair_of_block(pairs);
   const int b = pair / a.heads_kv, hk = pair % a.heads_kv, group = a.heads_q / a.heads_kv;
   const int lq = query_length(a, b), lk = key_length(a, b);
-  const int key0 = static_cast<int>(blockIdx.x) / pairs * kKeys;
+  const int key0 = mma_bwd::tile_of_block(pairs) * kKeys;
   // The warpgroup index through a shuffle, so that the compiler knows it is warp-uniform.
   const int warpgroup = __shfl_sync(kFullWarp, static_cast<int>(threadIdx.x) / 128, 0);
   const int per_head = (lq + kStep - 1) / kStep;

@@ -767,7 +767,8 @@ void launch_mma_backward(const BackwardArgs& args, const gpu::CallSite& site) {
     const unsigned key_blocks = tile_major_blocks(tiles(a.seqlen_kv, 16 * KvShape<D>::kKeyWarps),
                                                   a.batch * a.heads_kv, "the dK/dV kernel");
     const unsigned query_blocks =
-        kAtomicDq ? 0 : tile_major_blocks(tiles(a.seqlen_q, 16 * QShape<D>::kWarps), a.batch * a.heads_q, "the dQ kernel");
+        kAtomicDq ? 0
+                  : tile_major_blocks(tiles(a.seqlen_q, 16 * QShape<D>::kWarps), a.batch * a.heads_q, "the dQ kernel");
     if (row_grid.x > 0 && row_grid.y > 0) {
       mma_bwd::delta_kernel<T, D, kFlawIn<kFlaw, Part::delta, D>><<<row_grid, 256, 0, a.stream>>>(args);
       gpu::check_launch("mma_bwd::delta_kernel", site);
