@@ -101,7 +101,7 @@ def histogram_grid(groups, kind):
                     y=1 - 0.05 / height, va="top")
     figure.legend(handles, labels, loc="upper center", ncol=3, bbox_to_anchor=(0.5, 1 - 0.45 / height))
     # Panels: y tick labels and label on the left, x tick labels (45 degrees) below, a title above.
-    ticks = widest(figure, [t.get_text() for t in axes.flat[0].get_xticklabels()], 7) * 0.71
+    ticks = widest(figure, [t.get_text() for ax in axes.flat[:len(panels)] for t in ax.get_xticklabels()], 7) * 0.71
     place(figure, rows, columns, left=0.65, right=0.15, bottom=ticks + 0.2, top=1.25, wgap=0.8, hgap=ticks + 0.55)
     return png(figure)
 
